@@ -1,0 +1,1 @@
+"""The DICE Copilot language server (pygls)."""

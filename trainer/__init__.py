@@ -1,0 +1,1 @@
+"""Producing checkpoints: the CuKe data pipeline, tokenizer training, block-diffusion SFT and BiC-RL."""

@@ -1,0 +1,1 @@
+"""Kernel verdicts: static anti-cheat checks, compilation, correctness and timing in isolated workers."""
