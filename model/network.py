@@ -1,0 +1,193 @@
+"""The DICE network: Qwen3 (QK-norm, GQA, SwiGLU, RoPE) with a pluggable attention mask and a static KV cache.
+
+Parameter names follow Hugging Face's Qwen3ForCausalLM, so DICE/SDAR checkpoints load without renaming.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from .config import DiceConfig
+from .masks import block_causal_mask
+
+try:  # flex-attention is optional: used when the caller passes a BlockMask (training on GPU).
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+except ImportError:  # pragma: no cover - old torch
+    BlockMask, flex_attention = None, None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 and cast back before the weight, exactly as Qwen3 does (bit-for-bit parity in bf16).
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # [B,1,Q,D] broadcasts over heads
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+class KVCache:
+    """Static per-layer key/value buffers [B, H_kv, max_length, D], indexed by absolute position.
+
+    Each forward writes its keys/values at its tokens' positions, then attends to the first `length` slots.
+    A denoising pass over a block rewrites that block's slots each step; they become final on the pass where
+    the block is clean, so "KV written only for finalised blocks" holds for every slot that is read later.
+    """
+
+    def __init__(self, config: DiceConfig, batch_size: int, max_length: int, device, dtype):
+        shape = (config.num_hidden_layers, batch_size, config.num_key_value_heads, max_length, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+        self._rows = torch.arange(batch_size, device=device)[:, None]
+
+    @property
+    def max_length(self) -> int:
+        return self.k.shape[3]
+
+    def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        # k, v: [B, H_kv, Q, D] -> written at [b, :, positions[b, q]]
+        self.k[layer][self._rows, :, positions] = k.transpose(1, 2)
+        self.v[layer][self._rows, :, positions] = v.transpose(1, 2)
+        return self.k[layer][:, :, : self.length], self.v[layer][:, :, : self.length]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: DiceConfig, layer_index: int):
+        super().__init__()
+        self.layer_index = layer_index
+        self.n_heads = config.num_attention_heads
+        self.n_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, config.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache: KVCache | None):
+        b, q_len, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, q_len, self.n_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, q_len, self.n_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, q_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if kv_cache is not None:
+            k, v = kv_cache.update(self.layer_index, position_ids, k, v)
+        if BlockMask is not None and isinstance(attn_mask, BlockMask):
+            out = flex_attention(q, k, v, block_mask=attn_mask, enable_gqa=self.n_heads != self.n_kv_heads)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, scale=1.0 / math.sqrt(self.head_dim),
+                enable_gqa=self.n_heads != self.n_kv_heads,
+            )
+        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: DiceConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: DiceConfig, layer_index: int):
+        super().__init__()
+        self.self_attn = Attention(config, layer_index)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, position_ids, attn_mask, kv_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DiceBackbone(nn.Module):
+    def __init__(self, config: DiceConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
+
+
+class DiceForBlockDiffusion(nn.Module):
+    """Qwen3 causal-LM weights driven as a block-diffusion denoiser (no logit shift: position i predicts token i)."""
+
+    def __init__(self, config: DiceConfig):
+        super().__init__()
+        self.config = config
+        self.model = DiceBackbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.gradient_checkpointing = False
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        # Qwen3's initializer_range; only matters for models trained from scratch.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attn_mask=None,
+        kv_cache: KVCache | None = None,
+        logits_slice: slice | None = None,
+    ) -> torch.Tensor:
+        """Logits [B, Q', V] for the query tokens (Q' = those in `logits_slice`, all by default).
+
+        attn_mask: bool [B,1,Q,K] (True = attend) or a flex-attention BlockMask. Default: block-causal over
+        `position_ids` (and over the cache slots 0..kv_cache.length-1 when a cache is given).
+        """
+        if attn_mask is None:
+            keys = torch.arange(kv_cache.length, device=input_ids.device) if kv_cache is not None else position_ids
+            attn_mask = block_causal_mask(position_ids, keys, self.config.block_size)
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self.model.rotary_emb(position_ids, x.dtype)
+        for layer in self.model.layers:
+            if self.gradient_checkpointing and self.training:
+                x = checkpoint(layer, x, cos, sin, position_ids, attn_mask, kv_cache, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, position_ids, attn_mask, kv_cache)
+        if logits_slice is not None:
+            x = x[:, logits_slice]
+        return self.lm_head(self.model.norm(x))

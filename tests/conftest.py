@@ -1,0 +1,14 @@
+"""Shared pytest setup: `gpu`-marked tests are skipped where no CUDA device is present."""
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run on the GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
