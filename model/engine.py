@@ -77,20 +77,74 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
     return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-def commit_schedule(masked: int, steps: int) -> list[int]:
-    """Tokens to commit at each step when `masked` tokens are spread over `steps` (SDAR's even split)."""
-    steps = max(1, min(steps, masked))
-    return [masked // steps + (1 if s < masked % steps else 0) for s in range(steps)]
+class ForwardRunner:
+    """Runs the model's denoising pass, replaying a CUDA graph per (batch, attended length) when on a GPU.
+
+    The host is launch-bound: an eager forward of a 1.7B model costs ~50× its memory floor, so the pass must be
+    one graph launch. Every pass has the same query shape (2 blocks per row), and the attended cache length is
+    rounded up to a multiple of `length_bucket`, so a handful of graphs cover a whole generation.
+    """
+
+    def __init__(self, model: DiceForBlockDiffusion, use_graphs: bool, length_bucket: int = 256):
+        self.model = model
+        self.use_graphs = use_graphs
+        self.length_bucket = length_bucket
+        self._graphs: dict[tuple, tuple] = {}
+
+    def attended_length(self, needed: int, capacity: int) -> int:
+        if not self.use_graphs:
+            return needed
+        return min(capacity, -(-needed // self.length_bucket) * self.length_bucket)
+
+    def __call__(self, input_ids, positions, cache: KVCache, logits_slice: slice) -> torch.Tensor:
+        mask = block_causal_mask(positions, torch.arange(cache.length, device=positions.device),
+                                 self.model.config.block_size)
+        if not self.use_graphs:
+            return self.model(input_ids, positions, attn_mask=mask, kv_cache=cache, logits_slice=logits_slice)
+        key = (id(cache), input_ids.shape, cache.length)
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(input_ids, positions, mask, cache, logits_slice)
+        graph, static_ids, static_pos, static_mask, static_logits = self._graphs[key]
+        static_ids.copy_(input_ids)
+        static_pos.copy_(positions)
+        static_mask.copy_(mask)
+        graph.replay()
+        return static_logits
+
+    def _capture(self, input_ids, positions, mask, cache, logits_slice):
+        static_ids, static_pos, static_mask = input_ids.clone(), positions.clone(), mask.clone()
+        # Warm up on a side stream (allocator and kernel selection), then capture the same call.
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self.model(static_ids, static_pos, attn_mask=static_mask, kv_cache=cache, logits_slice=logits_slice)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_logits = self.model(static_ids, static_pos, attn_mask=static_mask, kv_cache=cache,
+                                       logits_slice=logits_slice)
+        return graph, static_ids, static_pos, static_mask, static_logits
+
+    def release(self, cache: KVCache):
+        """Drops the graphs bound to a cache (they hold its buffers' addresses)."""
+        self._graphs = {k: v for k, v in self._graphs.items() if k[0] != id(cache)}
+
+
+FINISH_REASONS = ("length", "stop", "cancelled")
 
 
 class BlockDiffusionEngine:
-    def __init__(self, model: DiceForBlockDiffusion, tokenizer, device=None):
+    def __init__(self, model: DiceForBlockDiffusion, tokenizer, device=None, use_cuda_graphs: bool | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         if next(model.parameters()).device != self.device:
             self.model.to(self.device)
+        if use_cuda_graphs is None:
+            use_cuda_graphs = self.device.type == "cuda"
+        self.runner = ForwardRunner(self.model, use_cuda_graphs)
 
     @torch.inference_mode()
     def generate(
@@ -115,72 +169,66 @@ class BlockDiffusionEngine:
         if n < 1 or max_new_tokens < 1:
             raise ValueError("n and max_new_tokens must be at least 1")
         started = time.perf_counter()
+        dev = self.device
         size = self.config.block_size
         steps = steps_per_block or size
         mask_id = self.config.mask_token_id
-        stop_ids = set(self.tokenizer.stop_token_ids if stop is None else stop)
-        generator = None
-        if seed is not None:
-            generator = torch.Generator(device=self.device).manual_seed(seed)
+        stop_list = list(self.tokenizer.stop_token_ids if stop is None else stop)
+        stop_ids = torch.tensor(stop_list, dtype=torch.long, device=dev)
+        generator = torch.Generator(device=dev).manual_seed(seed) if seed is not None else None
 
         rows = [self._encode(p) for p in prompts for _ in range(n)]
         if not rows:
             return []
         batch = len(rows)
-        prompt_len = [len(r) for r in rows]
-        start = [(lp // size) * size for lp in prompt_len]  # first generation block; holds the prompt tail
-        end = [s + math.ceil((lp - s + max_new_tokens) / size) * size for s, lp in zip(start, prompt_len)]
-        max_len = max(end)
+        lengths = [len(r) for r in rows]
+        starts = [(lp // size) * size for lp in lengths]  # first generation block; holds the prompt tail
+        max_len = max(s + math.ceil((lp - s + max_new_tokens) / size) * size for s, lp in zip(starts, lengths))
         if max_len > self.config.max_position_embeddings:
             raise ValueError(
-                f"prompt ({max(prompt_len)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
+                f"prompt ({max(lengths)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
                 f"{self.config.max_position_embeddings} positions; shorten the prompt or lower max_new_tokens"
             )
         # Two blocks of scratch slots past the end: finished rows (and the missing "previous block" of a row
         # whose generation starts at position 0) compute there, outside every real query's view.
-        scratch = torch.arange(max_len, max_len + 2 * size, device=self.device)
-        tokens = torch.full((batch, max_len + 2 * size), mask_id, dtype=torch.long, device=self.device)
+        capacity = max_len + 2 * size
+        tokens = torch.full((batch, capacity), mask_id, dtype=torch.long, device=dev)
         for b, r in enumerate(rows):
-            tokens[b, : len(r)] = torch.tensor(r, dtype=torch.long, device=self.device)
-        step_of = torch.full((batch, max_len + 2 * size), -1, dtype=torch.long, device=self.device)
-        cache = KVCache(self.config, batch, max_len + 2 * size, self.device, next(self.model.parameters()).dtype)
+            tokens[b, : len(r)] = torch.tensor(r, dtype=torch.long, device=dev)
+        step_of = torch.full((batch, capacity), -1, dtype=torch.long, device=dev)
+        cache = KVCache(self.config, batch, capacity, dev, next(self.model.parameters()).dtype)
 
-        prefill = max(start)
+        prefill = max(starts)
         if prefill:
             # Rows with a shorter prompt write junk past their own prefill; those slots are rewritten by their
             # own blocks before any query can see them.
-            positions = torch.arange(prefill, device=self.device)[None].expand(batch, -1)
+            positions = torch.arange(prefill, device=dev)[None].expand(batch, -1)
             cache.length = prefill
             self.model(tokens[:, :prefill], positions, kv_cache=cache, logits_slice=slice(0, 0))
 
-        done = [False] * batch
-        finish = ["length"] * batch
-        out_end = list(end)
-        passes = [0] * batch
-        step_in_block = [0] * batch
-        schedule = [commit_schedule(int((tokens[b, start[b]:start[b] + size] == mask_id).sum()), steps)
-                    for b in range(batch)]
-        offsets = torch.arange(-size, size, device=self.device)
+        # Per-row decoding state, all on the device: one host sync per pass (is everyone done?).
+        prompt_len = torch.tensor(lengths, device=dev)
+        start = torch.tensor(starts, device=dev)
+        done = torch.zeros(batch, dtype=torch.bool, device=dev)
+        finish = torch.zeros(batch, dtype=torch.long, device=dev)  # index into FINISH_REASONS
+        out_end = start.clone()
+        passes = torch.zeros(batch, dtype=torch.long, device=dev)
+        step_in_block = torch.zeros(batch, dtype=torch.long, device=dev)
+        offsets = torch.arange(-size, size, device=dev)
+        scratch = torch.arange(max_len, capacity, device=dev)
+        block_masked = (tokens.gather(1, start[:, None] + offsets[size:]) == mask_id).sum(1)
+        length_limit = prompt_len + max_new_tokens
+        needed = max(starts) + size
 
-        while not all(done):
+        while True:
             if cancel is not None and cancel.is_set():
-                for b in range(batch):
-                    if not done[b]:
-                        done[b], finish[b] = True, "cancelled"
-                        out_end[b] = start[b]
+                finish = torch.where(done, finish, FINISH_REASONS.index("cancelled"))
                 break
-            positions = torch.empty((batch, 2 * size), dtype=torch.long, device=self.device)
-            for b in range(batch):
-                if done[b]:
-                    positions[b] = scratch
-                else:
-                    positions[b] = start[b] + offsets
-                    if start[b] == 0:
-                        positions[b, :size] = scratch[:size]
-            cache.length = max(start[b] + size for b in range(batch) if not done[b])
-            mask = block_causal_mask(positions, torch.arange(cache.length, device=self.device), size)
-            logits = self.model(tokens.gather(1, positions), positions, attn_mask=mask, kv_cache=cache,
-                                logits_slice=slice(size, 2 * size))
+            positions = torch.where(done[:, None], scratch, start[:, None] + offsets)
+            positions[:, :size] = torch.where((start == 0)[:, None], scratch[:size], positions[:, :size])
+            cache.length = self.runner.attended_length(needed, capacity)
+            logits = self.runner(tokens.gather(1, positions), positions, cache, slice(size, 2 * size))
+            logits = logits.float()
             logits[..., mask_id] = float("-inf")  # committing the mask token would leave the position masked
             block_pos = positions[:, size:]
             current = tokens.gather(1, block_pos)
@@ -189,46 +237,51 @@ class BlockDiffusionEngine:
                                                    generator)
             candidates = candidates.view(batch, size)
             confidence = confidence.view(batch, size).masked_fill(~is_masked, float("-inf"))
-            quota = torch.tensor(
-                [0 if done[b] else schedule[b][min(step_in_block[b], len(schedule[b]) - 1)] for b in range(batch)],
-                device=self.device,
-            )
-            active = torch.tensor([not d for d in done], device=self.device)[:, None]
-            commit = self._choose(strategy, confidence, is_masked, quota, threshold) & active
+            active = ~done
+            commit = self._choose(strategy, confidence, is_masked, self._quota(block_masked, step_in_block, steps,
+                                                                                is_masked), threshold)
+            commit &= active[:, None]
             tokens.scatter_(1, block_pos, torch.where(commit, candidates, current))
-            pass_index = torch.tensor(passes, device=self.device)[:, None].expand(-1, size)
-            step_of.scatter_(1, block_pos, torch.where(commit, pass_index, step_of.gather(1, block_pos)))
-            block_complete = ((~is_masked) | commit).all(dim=1).tolist()
+            step_of.scatter_(1, block_pos, torch.where(commit, passes[:, None], step_of.gather(1, block_pos)))
+            passes += active
+            step_in_block += active
+            complete = active & ~(is_masked & ~commit).any(1)
 
-            for b in range(batch):
-                if done[b]:
-                    continue
-                passes[b] += 1
-                step_in_block[b] += 1
-                if not block_complete[b]:
-                    continue
-                self._finish_block(b, tokens, start, prompt_len, end, stop_ids, done, finish, out_end, max_new_tokens)
-                if on_block is not None:
-                    ids = tokens[b, prompt_len[b]:min(out_end[b], start[b] + size)].tolist()
-                    on_block(BlockUpdate(index=b, token_ids=ids, text=self._decode(ids, stop_ids)))
-                if not done[b]:
-                    start[b] += size
-                    step_in_block[b] = 0
-                    schedule[b] = commit_schedule(size, steps)
+            # Stop tokens are checked when a block is committed; the stop token itself is kept in token_ids.
+            block_tokens = tokens.gather(1, block_pos)
+            is_stop = torch.isin(block_tokens, stop_ids) & (block_pos >= prompt_len[:, None])
+            has_stop = complete & is_stop.any(1)
+            first_stop = block_pos.gather(1, is_stop.float().argmax(1, keepdim=True)).squeeze(1)
+            at_limit = complete & ~has_stop & (start + size >= length_limit)
+            out_end = torch.where(has_stop, first_stop + 1, torch.where(at_limit, length_limit,
+                                                                       torch.where(complete, start + size, out_end)))
+            finish = torch.where(has_stop, FINISH_REASONS.index("stop"), finish)
+            done |= has_stop | at_limit
+            advance = complete & ~done
+            if on_block is not None:
+                self._stream(on_block, complete, tokens, prompt_len, out_end, stop_list)
+            start = torch.where(advance, start + size, start)
+            step_in_block = torch.where(advance, 0, step_in_block)
+            block_masked = torch.where(advance, size, block_masked)
+            all_done, needed = torch.stack([done.all().long(), (start + size).masked_fill(done, 0).max()]).tolist()
+            if all_done:
+                break
 
+        self.runner.release(cache)
         wall = time.perf_counter() - started
         results = []
+        out_end, passes, finish = out_end.tolist(), passes.tolist(), finish.tolist()
         for b in range(batch):
-            ids = tokens[b, prompt_len[b]:out_end[b]].tolist()
-            step_map = step_of[b, prompt_len[b]:out_end[b]].tolist()
+            ids = tokens[b, lengths[b]:out_end[b]].tolist()
             stats = GenerationStats(
                 forward_passes=passes[b],
                 tokens_per_forward=len(ids) / passes[b] if passes[b] else 0.0,
                 wall_time_s=wall,
-                prompt_tokens=prompt_len[b],
+                prompt_tokens=lengths[b],
                 generated_tokens=len(ids),
             )
-            results.append(Generation(ids, self._decode(ids, stop_ids), step_map, stats, finish[b]))
+            step_map = step_of[b, lengths[b]:out_end[b]].tolist()
+            results.append(Generation(ids, self._decode(ids, stop_list), step_map, stats, FINISH_REASONS[finish[b]]))
         return results
 
     def _encode(self, prompt) -> list[int]:
@@ -237,13 +290,26 @@ class BlockDiffusionEngine:
             raise ValueError("empty prompt: give at least one token")
         return ids
 
-    def _decode(self, ids: list[int], stop_ids: set[int]) -> str:
+    def _decode(self, ids: list[int], stop_ids) -> str:
         kept = []
         for t in ids:
             if t in stop_ids:
                 break
             kept.append(t)
         return self.tokenizer.decode(kept)
+
+    def _stream(self, on_block, complete, tokens, prompt_len, out_end, stop_list):
+        for b in complete.nonzero().flatten().tolist():
+            ids = tokens[b, int(prompt_len[b]):int(out_end[b])].tolist()
+            on_block(BlockUpdate(index=b, token_ids=ids, text=self._decode(ids, stop_list)))
+
+    @staticmethod
+    def _quota(block_masked, step_in_block, steps, is_masked) -> torch.Tensor:
+        """Tokens to commit this step per row: SDAR's even split of the block's masks over the steps."""
+        n_steps = block_masked.clamp(max=steps).clamp(min=1)
+        quota = block_masked // n_steps + (step_in_block < block_masked % n_steps).long()
+        # Past the last scheduled step (never reached by static), commit whatever is left.
+        return torch.where(step_in_block >= n_steps, is_masked.sum(1), quota)
 
     @staticmethod
     def _choose(strategy, confidence, is_masked, quota, threshold) -> torch.Tensor:
@@ -260,19 +326,3 @@ class BlockDiffusionEngine:
         if strategy == "dynamic":
             commit |= (confidence > threshold) & is_masked
         return commit
-
-    def _finish_block(self, b, tokens, start, prompt_len, end, stop_ids, done, finish, out_end, max_new_tokens):
-        """A block of row b is fully committed: stop at a stop token or at the length limit."""
-        size = self.config.block_size
-        lo = max(start[b], prompt_len[b])
-        block = tokens[b, lo:start[b] + size].tolist()
-        for i, t in enumerate(block):
-            if t in stop_ids:
-                done[b], finish[b] = True, "stop"
-                out_end[b] = lo + i + 1
-                return
-        if start[b] + size - prompt_len[b] >= max_new_tokens:
-            done[b], finish[b] = True, "length"
-            out_end[b] = prompt_len[b] + max_new_tokens
-        else:
-            out_end[b] = start[b] + size

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dice_copilot.model.config import DiceConfig
-from dice_copilot.model.engine import BlockDiffusionEngine, commit_schedule, sample_tokens
+from dice_copilot.model.engine import BlockDiffusionEngine, sample_tokens
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import DiceForBlockDiffusion
 
@@ -28,6 +28,12 @@ class IdTokenizer:
 def tiny_model(seed=0, **overrides):
     torch.manual_seed(seed)
     return DiceForBlockDiffusion(DiceConfig.from_name("tiny", **overrides)).eval()
+
+
+def commit_schedule(masked, steps):
+    """SDAR's even split of a block's masked tokens over the denoising steps."""
+    steps = max(1, min(steps, masked))
+    return [masked // steps + (1 if s < masked % steps else 0) for s in range(steps)]
 
 
 def reference_decode(model, prompt, max_new_tokens, steps=None):
