@@ -1,0 +1,260 @@
+"""Decoding speed: our block-diffusion engine vs AR decoding in transformers and the reference SDAR loop.
+
+One run, one GPU, random weights at a DICE shape (no weights can be downloaded). Prints a table with ratios
+and writes JSON to --out. See BENCHMARKS.md for recorded results.
+
+    python bench/decode.py --out decode.json            # DICE-1.7B shape at batch 1/16, SDAR-4B at batch 128
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from dice_copilot.model.config import DiceConfig
+from dice_copilot.model.engine import BlockDiffusionEngine
+from dice_copilot.model.network import DiceForBlockDiffusion, KVCache
+
+
+class _NoTokenizer:
+    """The bench feeds token ids and reads token ids; nothing is decoded to text."""
+
+    stop_token_ids: list[int] = []
+
+    def encode(self, text):
+        raise TypeError("bench prompts are token ids")
+
+    def decode(self, ids):
+        return ""
+
+
+def cuda_time_ms(fn, repeats: int, warmup: int = 3) -> float:
+    """Median wall time of fn on the GPU, by CUDA events around each call."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth_gbs(device) -> float:
+    """Device copy bandwidth (bytes read + written per second), the memory floor's denominator."""
+    n = 1 << 30  # 2 GiB of bf16 each way
+    src = torch.empty(n, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    ms = cuda_time_ms(lambda: dst.copy_(src), repeats=20)
+    del src, dst
+    return 2 * n * 2 / (ms / 1e3) / 1e9
+
+
+def build_model(preset: str, device) -> DiceForBlockDiffusion:
+    config = DiceConfig.from_name(preset)
+    with torch.device(device):
+        model = DiceForBlockDiffusion(config)
+    return model.to(torch.bfloat16).eval()
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def forward_latency_ms(engine: BlockDiffusionEngine, context: int) -> float:
+    """One denoising pass (2 blocks of queries) at batch 1 over `context` cached tokens, graph-replayed."""
+    config = engine.config
+    size = config.block_size
+    cache = KVCache(config, 1, context + 4 * size, engine.device, torch.bfloat16)
+    positions = (torch.arange(-size, size, device=engine.device) + context)[None]
+    ids = torch.randint(0, config.vocab_size, positions.shape, device=engine.device)
+    cache.length = engine.runner.attended_length(context + size, cache.max_length)
+    ms = cuda_time_ms(lambda: engine.runner(ids, positions, cache, slice(size, 2 * size)), repeats=50)
+    engine.runner.release(cache)
+    return ms
+
+
+def random_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    # Stay clear of the top of the vocabulary, where the special and mask tokens live.
+    return torch.randint(0, vocab - 1024, (batch, length), generator=g).tolist()
+
+
+def ours_tokens_per_s(engine, prompts, new_tokens, threshold) -> tuple[float, float]:
+    engine.generate(prompts, max_new_tokens=2 * engine.config.block_size, strategy="dynamic", stop=[])  # warm graphs
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = engine.generate(prompts, max_new_tokens=new_tokens, strategy="dynamic", threshold=threshold, stop=[])
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    generated = sum(len(g.token_ids) for g in out)
+    return generated / wall, statistics.mean(g.stats.tokens_per_forward for g in out)
+
+
+def reference_sdar_tokens_per_s(model, prompts, new_tokens, threshold) -> float:
+    """A faithful re-implementation of SDAR's generate.py loop (eager, block-only denoise passes, a separate
+    "save" pass per finished block, dynamic low-confidence remasking), at batch len(prompts)."""
+    config = model.config
+    size, mask_id = config.block_size, config.mask_token_id
+    device = next(model.parameters()).device
+    batch, lp = len(prompts), len(prompts[0])
+    start = (lp // size) * size
+    total = start + -(-(lp - start + new_tokens) // size) * size
+    x = torch.full((batch, total), mask_id, device=device)
+    x[:, :lp] = torch.tensor(prompts, device=device)
+    cache = KVCache(config, batch, total, device, torch.bfloat16)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        if start:
+            cache.length = start
+            pos = torch.arange(start, device=device)[None].expand(batch, -1)
+            model(x[:, :start], pos, kv_cache=cache, logits_slice=slice(0, 0))
+        for b in range(start, total, size):
+            pos = torch.arange(b, b + size, device=device)[None].expand(batch, -1)
+            cache.length = b + size
+            while (x[:, b:b + size] == mask_id).any():
+                logits = model(x[:, b:b + size], pos, kv_cache=cache).float()
+                probs = torch.softmax(logits, -1)
+                conf, tok = probs.max(-1)
+                masked = x[:, b:b + size] == mask_id
+                conf = conf.masked_fill(~masked, -1.0)
+                commit = (conf > threshold) | (conf == conf.max(-1, keepdim=True).values)
+                commit &= masked
+                x[:, b:b + size] = torch.where(commit, tok, x[:, b:b + size])
+            model(x[:, b:b + size], pos, kv_cache=cache, logits_slice=slice(0, 0))  # the save pass
+    torch.cuda.synchronize()
+    return batch * new_tokens / (time.perf_counter() - t0)
+
+
+def hf_ar_tokens_per_s(model, prompts, new_tokens, compiled: bool) -> float:
+    """transformers' Qwen3 generate() with the same weights: plain, or static cache + torch.compile."""
+    import transformers
+
+    config = model.config
+    hf_config = transformers.Qwen3Config(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads, head_dim=config.head_dim, rope_theta=config.rope_theta,
+        rms_norm_eps=config.rms_norm_eps, tie_word_embeddings=config.tie_word_embeddings,
+        max_position_embeddings=config.max_position_embeddings,
+    )
+    device = next(model.parameters()).device
+    with torch.device(device):
+        hf = transformers.Qwen3ForCausalLM(hf_config).to(torch.bfloat16).eval()
+    hf.load_state_dict(model.state_dict(), strict=False)
+    ids = torch.tensor(prompts, device=device)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    if compiled:
+        hf.generation_config.cache_implementation = "static"
+        hf.forward = torch.compile(hf.forward, mode="reduce-overhead", fullgraph=True)
+        for _ in range(2):  # compile and capture
+            hf.generate(ids, **{**kwargs, "max_new_tokens": 8, "min_new_tokens": 8})
+    else:
+        hf.generate(ids, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = hf.generate(ids, **kwargs)
+    torch.cuda.synchronize()
+    generated = out.shape[1] - ids.shape[1]
+    del hf
+    torch.cuda.empty_cache()
+    return ids.shape[0] * generated / (time.perf_counter() - t0)
+
+
+def attempt(fn, *args, **kwargs):
+    """A baseline that fails (e.g. a transformers API change on the GPU image) is reported, not fatal."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the bench has one shot on the GPU machine
+        print(f"{fn.__name__} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        torch.cuda.empty_cache()
+        return float("nan")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="dice-1.7b")
+    parser.add_argument("--large-preset", default="dice-4b", help="shape for the batch-128 throughput row")
+    parser.add_argument("--prompt-tokens", type=int, default=512)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--ar-new-tokens", type=int, default=64, help="plain generate() is slow: fewer tokens")
+    parser.add_argument("--skip", default="", help="comma list of rows to skip: compiled,plain,reference,large")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench/decode.py needs a CUDA device", file=sys.stderr)
+        return 2
+    skip = set(filter(None, args.skip.split(",")))
+    device = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    results: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "preset": args.preset}
+
+    bandwidth = copy_bandwidth_gbs(device)
+    model = build_model(args.preset, device)
+    engine = BlockDiffusionEngine(model, _NoTokenizer())
+    floor_ms = weight_bytes(model) / (bandwidth * 1e9) * 1e3
+    latency = forward_latency_ms(engine, context=1024)
+    results.update(copy_bandwidth_gbs=bandwidth, weight_gb=weight_bytes(model) / 1e9, floor_ms=floor_ms,
+                   forward_ms=latency)
+    print(f"forward at batch 1: {latency:.3f} ms vs floor {floor_ms:.3f} ms ({latency / floor_ms:.2f}x)", flush=True)
+
+    vocab = model.config.vocab_size
+    rows = []
+    for batch in (1, 16):
+        prompts = random_prompts(batch, args.prompt_tokens, vocab)
+        row = {"batch": batch}
+        row["ours_tau0.9"], row["tpf_tau0.9"] = ours_tokens_per_s(engine, prompts, args.new_tokens, 0.9)
+        # Threshold 0 commits whole blocks: the tokens/s a confident (trained) model approaches.
+        row["ours_tau0"], row["tpf_tau0"] = ours_tokens_per_s(engine, prompts, args.new_tokens, 0.0)
+        if "reference" not in skip:
+            row["reference_sdar"] = attempt(reference_sdar_tokens_per_s, model, prompts, args.ar_new_tokens, 0.9)
+        if "plain" not in skip:
+            row["hf_generate"] = attempt(hf_ar_tokens_per_s, model, prompts, args.ar_new_tokens, compiled=False)
+        if "compiled" not in skip:
+            row["hf_static_compiled"] = attempt(hf_ar_tokens_per_s, model, prompts, args.new_tokens, compiled=True)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    results["rows"] = rows
+    del engine, model
+    torch.cuda.empty_cache()
+
+    if "large" not in skip:
+        large = build_model(args.large_preset, device)
+        large_engine = BlockDiffusionEngine(large, _NoTokenizer())
+        prompts = random_prompts(128, 256, large.config.vocab_size)
+        tps, tpf = ours_tokens_per_s(large_engine, prompts, args.new_tokens, 0.9)
+        tps0, tpf0 = ours_tokens_per_s(large_engine, prompts, args.new_tokens, 0.0)
+        results["batch128"] = {"preset": args.large_preset, "ours_tau0.9": tps, "tpf_tau0.9": tpf,
+                               "ours_tau0": tps0, "tpf_tau0": tpf0, "jetengine_published": 3700.0}
+
+    print()
+    print(f"GPU {results['gpu']}, torch {results['torch']}, {args.preset} shape, random bf16 weights")
+    print(f"{'measure':<44}{'ours':>12}{'baseline':>12}{'ratio':>8}")
+    print(f"{'forward latency b=1 (ms) vs memory floor':<44}{latency:>12.3f}{floor_ms:>12.3f}"
+          f"{latency / floor_ms:>8.2f}")
+    for row in rows:
+        for base in ("hf_static_compiled", "hf_generate", "reference_sdar"):
+            if base in row:
+                for ours in ("ours_tau0.9", "ours_tau0"):
+                    label = f"tok/s b={row['batch']} {ours} vs {base}"
+                    print(f"{label:<44}{row[ours]:>12.1f}{row[base]:>12.1f}{row[ours] / row[base]:>8.2f}")
+    if "batch128" in results:
+        r = results["batch128"]
+        for ours in ("ours_tau0.9", "ours_tau0"):
+            label = f"tok/s b=128 {r['preset']} {ours} vs JetEngine"
+            print(f"{label:<44}{r[ours]:>12.1f}{3700.0:>12.1f}{r[ours] / 3700.0:>8.2f}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
