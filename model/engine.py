@@ -85,11 +85,15 @@ class ForwardRunner:
     rounded up to a multiple of `length_bucket`, so a handful of graphs cover a whole generation.
     """
 
-    def __init__(self, model: DiceForBlockDiffusion, use_graphs: bool, length_bucket: int = 256):
+    def __init__(self, model: DiceForBlockDiffusion, use_graphs: bool, compile: bool = False,
+                 length_bucket: int = 256):
         self.model = model
         self.use_graphs = use_graphs
         self.length_bucket = length_bucket
         self._graphs: dict[tuple, tuple] = {}
+        # A graph of the eager model still replays ~30 small kernels per layer (norms, rotary, SwiGLU), each with
+        # its own launch gap; Inductor fuses them. dynamic=True: one compilation serves every batch and length.
+        self._forward = torch.compile(model, dynamic=True) if compile else model
 
     def attended_length(self, needed: int, capacity: int) -> int:
         if not self.use_graphs:
@@ -100,7 +104,7 @@ class ForwardRunner:
         mask = block_causal_mask(positions, torch.arange(cache.length, device=positions.device),
                                  self.model.config.block_size)
         if not self.use_graphs:
-            return self.model(input_ids, positions, attn_mask=mask, kv_cache=cache, logits_slice=logits_slice)
+            return self._forward(input_ids, positions, attn_mask=mask, kv_cache=cache, logits_slice=logits_slice)
         key = (id(cache), input_ids.shape, cache.length)
         if key not in self._graphs:
             self._graphs[key] = self._capture(input_ids, positions, mask, cache, logits_slice)
@@ -118,12 +122,12 @@ class ForwardRunner:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
-                self.model(static_ids, static_pos, attn_mask=static_mask, kv_cache=cache, logits_slice=logits_slice)
+                self._forward(static_ids, static_pos, attn_mask=static_mask, kv_cache=cache, logits_slice=logits_slice)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            static_logits = self.model(static_ids, static_pos, attn_mask=static_mask, kv_cache=cache,
-                                       logits_slice=logits_slice)
+            static_logits = self._forward(static_ids, static_pos, attn_mask=static_mask, kv_cache=cache,
+                                          logits_slice=logits_slice)
         return graph, static_ids, static_pos, static_mask, static_logits
 
     def release(self, cache: KVCache):
@@ -135,7 +139,9 @@ FINISH_REASONS = ("length", "stop", "cancelled")
 
 
 class BlockDiffusionEngine:
-    def __init__(self, model: DiceForBlockDiffusion, tokenizer, device=None, use_cuda_graphs: bool | None = None):
+    def __init__(self, model: DiceForBlockDiffusion, tokenizer, device=None, use_cuda_graphs: bool | None = None,
+                 compile: bool | None = None):
+        """use_cuda_graphs / compile default to on for CUDA devices (compiling costs ~a minute at load)."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
@@ -144,7 +150,9 @@ class BlockDiffusionEngine:
             self.model.to(self.device)
         if use_cuda_graphs is None:
             use_cuda_graphs = self.device.type == "cuda"
-        self.runner = ForwardRunner(self.model, use_cuda_graphs)
+        if compile is None:
+            compile = use_cuda_graphs
+        self.runner = ForwardRunner(self.model, use_cuda_graphs, compile=compile)
 
     @torch.inference_mode()
     def generate(

@@ -1,0 +1,337 @@
+"""Hugging Face-layout checkpoints: load DICE/SDAR/Qwen3 folders (single or sharded safetensors), save atomically.
+
+Layout read and written: config.json, model.safetensors or model-0000i-of-0000n.safetensors +
+model.safetensors.index.json, tokenizer.json (+ HF side files), generation_config.json.
+"""
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from .config import DiceConfig
+from .network import DiceForBlockDiffusion, RotaryEmbedding
+from .tokenizer import DiceTokenizer, TokenizerError
+
+DEFAULT_CHECKPOINT_DIR = Path(__file__).parent / "default_checkpoint"
+DEFAULT_CHECKPOINT_NAMES = (None, "default")
+
+CONFIG_FILE = "config.json"
+SINGLE_WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+# Hugging Face's default shard size.
+DEFAULT_MAX_SHARD_BYTES = 5_000_000_000
+
+UNTRAINED_WARNING = (
+    "WARNING: this checkpoint is UNTRAINED (random weights, marked dice_copilot_untrained in config.json); "
+    "its output is noise. Pass --checkpoint with a trained DICE checkpoint folder for real suggestions."
+)
+
+_DTYPES = {
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+}
+_DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint folder that cannot be loaded or written; the message names the file and what to do."""
+
+
+def resolve_dtype(dtype: torch.dtype | str | None, default: str) -> torch.dtype:
+    """A torch dtype from a torch.dtype, a name ("bf16", "float16", ...) or, when None, the config's name."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPE_NAMES:
+            raise CheckpointError(f"unsupported dtype {dtype}; use bfloat16, float16 or float32")
+        return dtype
+    name = (dtype or default or "float32").lower()
+    if name not in _DTYPES:
+        raise CheckpointError(f"unsupported dtype {name!r}; use one of bfloat16, float16, float32")
+    return _DTYPES[name]
+
+
+def resolve_checkpoint_dir(path_or_name: str | os.PathLike | None) -> Path:
+    """The folder for a checkpoint argument: None/"default" is the embedded default checkpoint."""
+    if path_or_name in DEFAULT_CHECKPOINT_NAMES:
+        return DEFAULT_CHECKPOINT_DIR
+    folder = Path(path_or_name).expanduser()
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"checkpoint folder {folder} does not exist (or is not a folder). Pass a local folder holding "
+            f"config.json, *.safetensors and tokenizer.json, or 'default'; nothing is downloaded"
+        )
+    return folder
+
+
+def _read_json(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the checkpoint folder needs its {what}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path} is not valid JSON ({err}); restore the file from the original checkpoint")
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} should hold a JSON object, found {type(data).__name__}")
+    return data
+
+
+def read_config(folder: Path) -> DiceConfig:
+    """DiceConfig from config.json (model_type sdar, qwen3 or ours)."""
+    path = folder / CONFIG_FILE
+    raw = _read_json(path, "model configuration (config.json)")
+    # transformers 5 writes "dtype" and "rope_parameters"; SDAR and transformers 4 "torch_dtype" and "rope_theta".
+    if raw.get("torch_dtype") is None and isinstance(raw.get("dtype"), str):
+        raw = {**raw, "torch_dtype": raw["dtype"]}
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling")
+    if isinstance(rope, dict):
+        if rope.get("rope_type", rope.get("type", "default")) != "default":
+            raise CheckpointError(
+                f"{path} asks for RoPE scaling {rope!r}; only plain RoPE (rope_type 'default', as in Qwen3/DICE) "
+                f"is implemented"
+            )
+        if raw.get("rope_theta") is None and "rope_theta" in rope:
+            raw = {**raw, "rope_theta": rope["rope_theta"]}
+    if raw.get("use_sliding_window"):
+        raise CheckpointError(f"{path} enables sliding-window attention, which DICE models do not use")
+    try:
+        return DiceConfig.from_hf_dict(raw)
+    except (KeyError, TypeError, ValueError) as err:
+        detail = f"missing key {err}" if isinstance(err, KeyError) else str(err)
+        raise CheckpointError(f"{path} cannot be used: {detail}") from err
+
+
+def _weight_files(folder: Path) -> tuple[dict[Path, list[str] | None], Path]:
+    """{shard file: tensor names the index puts there (None: whatever it holds)}, and the file to blame for gaps."""
+    index_path = folder / INDEX_FILE
+    if index_path.is_file():
+        index = _read_json(index_path, "shard index")
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{index_path} has no weight_map; restore it from the original checkpoint")
+        shards: dict[Path, list[str]] = {}
+        for name, shard in weight_map.items():
+            shards.setdefault(folder / shard, []).append(name)
+        for shard in shards:
+            if not shard.is_file():
+                raise CheckpointError(
+                    f"{shard} is missing: {index_path.name} lists it as a weight shard; "
+                    f"download or copy the complete checkpoint"
+                )
+        return shards, index_path
+    single = folder / SINGLE_WEIGHTS_FILE
+    if single.is_file():
+        return {single: None}, single
+    legacy = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
+    hint = f" (found {', '.join(sorted(legacy))}: convert them to safetensors)" if legacy else ""
+    raise CheckpointError(f"{folder} has no weights: neither {SINGLE_WEIGHTS_FILE} nor {INDEX_FILE}{hint}")
+
+
+def _is_ignorable(name: str) -> bool:
+    # Non-parameter entries some exporters keep (rotary tables are recomputed from rope_theta).
+    return name.endswith("rotary_emb.inv_freq") or name.endswith(".inv_freq")
+
+
+def _read_weights(folder: Path, expected: dict[str, torch.Size], device, dtype) -> dict[str, torch.Tensor]:
+    shards, blame = _weight_files(folder)
+    tensors: dict[str, torch.Tensor] = {}
+    for shard, listed in shards.items():
+        try:
+            with safe_open(str(shard), framework="pt", device="cpu") as f:
+                names = list(f.keys())
+                if listed is not None:
+                    absent = sorted(set(listed) - set(names))
+                    if absent:
+                        raise CheckpointError(
+                            f"{shard} lacks tensors that {INDEX_FILE} places there: {', '.join(absent[:5])}"
+                            f"{' ...' if len(absent) > 5 else ''}; the shard is incomplete or from another checkpoint"
+                        )
+                for name in names:
+                    if name not in expected:
+                        if _is_ignorable(name) or name == "lm_head.weight":
+                            continue
+                        raise CheckpointError(
+                            f"{shard} holds tensor {name}, which this config.json's architecture does not have; "
+                            f"the config and the weights do not belong together"
+                        )
+                    tensor = f.get_tensor(name)
+                    if tensor.shape != expected[name]:
+                        raise CheckpointError(
+                            f"{shard}: tensor {name} has shape {tuple(tensor.shape)}, but config.json implies "
+                            f"{tuple(expected[name])}; the config and the weights do not belong together"
+                        )
+                    tensors[name] = tensor.to(device=device, dtype=dtype)
+        except CheckpointError:
+            raise
+        except Exception as err:  # safetensors raises SafetensorError / OSError for truncated or corrupt files
+            raise CheckpointError(
+                f"{shard} is corrupt or truncated ({err}); download or copy it again"
+            ) from err
+    missing = sorted(set(expected) - set(tensors))
+    if missing:
+        raise CheckpointError(
+            f"{blame} is incomplete: {len(missing)} tensor(s) missing, e.g. {', '.join(missing[:5])}"
+        )
+    return tensors
+
+
+def load(
+    path_or_name: str | os.PathLike | None = None, device: str | torch.device = "cpu",
+    dtype: torch.dtype | str | None = None,
+) -> tuple[DiceForBlockDiffusion, DiceTokenizer]:
+    """(model in eval mode, tokenizer) from a checkpoint folder; None or "default" is the embedded checkpoint.
+
+    `dtype` defaults to the config's torch_dtype. Tied embeddings need no lm_head.weight in the files.
+    """
+    folder = resolve_checkpoint_dir(path_or_name)
+    config = read_config(folder)
+    target_dtype = resolve_dtype(dtype, config.torch_dtype)
+    device = torch.device(device)
+    try:
+        tokenizer = DiceTokenizer.from_dir(folder, mask_token_id=config.mask_token_id)
+    except TokenizerError as err:
+        raise CheckpointError(str(err)) from err
+    if tokenizer.vocab_size > config.vocab_size:
+        raise CheckpointError(
+            f"{folder / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but config.json's vocab_size is "
+            f"{config.vocab_size}; the tokenizer belongs to another model"
+        )
+
+    # Build on the meta device (no random init of billions of weights), then adopt the loaded tensors.
+    with torch.device("meta"):
+        model = DiceForBlockDiffusion(config)
+    expected = {name: t.shape for name, t in model.state_dict().items() if not _is_ignorable(name)}
+    if config.tie_word_embeddings:
+        expected.pop("lm_head.weight", None)
+    tensors = _read_weights(folder, expected, device, target_dtype)
+    model.load_state_dict(tensors, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    # The rotary table is a non-persistent buffer, still on the meta device: recompute it.
+    model.model.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta).to(device)
+    model.config = replace(config, torch_dtype=_DTYPE_NAMES[target_dtype])
+    return model.eval(), tokenizer
+
+
+# --- saving ----------------------------------------------------------------------------------------------------
+
+
+def _shard_state_dict(state: dict[str, torch.Tensor], max_shard_bytes: int) -> list[dict[str, torch.Tensor]]:
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    return shards
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.iterdir():
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+    _fsync_dir(folder)
+
+
+def _write_checkpoint(model: DiceForBlockDiffusion, tokenizer: DiceTokenizer, folder: Path, max_shard_bytes: int):
+    config: DiceConfig = model.config
+    state = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items() if not _is_ignorable(name)}
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    dtypes = {t.dtype for t in state.values()}
+    stored_dtype = _DTYPE_NAMES.get(dtypes.pop(), "float32") if len(dtypes) == 1 else config.torch_dtype
+
+    shards = _shard_state_dict(state, max_shard_bytes)
+    if len(shards) == 1:
+        save_file(shards[0], str(folder / SINGLE_WEIGHTS_FILE), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for i, shard in enumerate(shards, start=1):
+            name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(folder / name), metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(shard, name))
+        total = sum(t.numel() * t.element_size() for t in state.values())
+        _write_json(folder / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": weight_map})
+
+    hf_config = replace(config, torch_dtype=stored_dtype).to_hf_dict()
+    _write_json(folder / CONFIG_FILE, hf_config)
+    _write_json(
+        folder / GENERATION_CONFIG_FILE,
+        {
+            "bos_token_id": config.bos_token_id,
+            "eos_token_id": list(tokenizer.stop_token_ids),
+            "pad_token_id": tokenizer.pad_token_id,
+            "mask_token_id": config.mask_token_id,
+            "block_size": config.block_size,
+        },
+    )
+    tokenizer.save(folder)
+
+
+def save(
+    model: DiceForBlockDiffusion, tokenizer: DiceTokenizer, path: str | os.PathLike,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, extra_files: dict[str, str] | None = None,
+) -> Path:
+    """Write the checkpoint to `path` atomically: into a temporary sibling folder, fsync, then rename into place.
+
+    An existing checkpoint folder at `path` is replaced (moved aside, then deleted once the new one is in place);
+    a non-empty folder that is not a checkpoint is never touched. `extra_files` ({name: text}) are written along
+    (provenance notes, a README). Returns the folder.
+    """
+    target = Path(path).expanduser().absolute()
+    if target.exists():
+        if not target.is_dir():
+            raise CheckpointError(f"{target} exists and is not a folder; choose another checkpoint path")
+        if any(target.iterdir()) and not (target / CONFIG_FILE).is_file():
+            raise CheckpointError(
+                f"{target} is a non-empty folder without config.json; refusing to replace something that is not a "
+                f"checkpoint. Choose an empty or new folder"
+            )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex[:8]
+    staging = target.parent / f".{target.name}.tmp-{token}"
+    staging.mkdir()
+    try:
+        _write_checkpoint(model, tokenizer, staging, max_shard_bytes)
+        for name, text in (extra_files or {}).items():
+            (staging / name).write_text(text, encoding="utf-8")
+        _fsync_tree(staging)
+        if target.exists():
+            retired = target.parent / f".{target.name}.old-{token}"
+            os.rename(target, retired)
+            try:
+                os.rename(staging, target)
+            except OSError:
+                os.rename(retired, target)
+                raise
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.rename(staging, target)
+        _fsync_dir(target.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+

@@ -1,0 +1,46 @@
+"""The embedded default checkpoint: loads without arguments, says it is untrained, and rebuilds deterministically."""
+
+import json
+
+import pytest
+
+from dice_copilot.model import load
+from dice_copilot.model.build_default_checkpoint import build
+from dice_copilot.model.checkpoint import DEFAULT_CHECKPOINT_DIR
+from dice_copilot.model.prompts import end_to_end_prompt, example_model
+
+
+@pytest.mark.parametrize("name", [None, "default"])
+def test_default_checkpoint_loads_and_is_marked_untrained(name):
+    model, tokenizer = load(name)
+    assert model.config.untrained is True
+    assert json.loads((DEFAULT_CHECKPOINT_DIR / "config.json").read_text())["dice_copilot_untrained"] is True
+    assert tokenizer.mask_token_id == model.config.mask_token_id == tokenizer.token_to_id("<|MASK|>")
+    assert tokenizer.vocab_size <= model.config.vocab_size
+    assert tokenizer.token_to_id("<|im_end|>") in tokenizer.stop_token_ids
+
+
+def test_default_checkpoint_is_small_enough_to_commit():
+    assert sum(p.stat().st_size for p in DEFAULT_CHECKPOINT_DIR.iterdir()) < 8_000_000
+
+
+def test_default_tokenizer_round_trips_a_dice_prompt_and_parses_chat_tokens():
+    _, tokenizer = load()
+    prompt = end_to_end_prompt(example_model())
+    ids = tokenizer.encode(prompt)
+    assert tokenizer.decode(ids) == prompt
+    assert ids[0] == tokenizer.token_to_id("<|im_start|>")
+    assert len(ids) < len(prompt) / 2  # the BPE learnt this text: far fewer tokens than bytes
+
+
+@pytest.mark.slow
+def test_build_is_deterministic(tmp_path):
+    first = build(tmp_path / "a", vocab_size=600, seed=3)
+    second = build(tmp_path / "b", vocab_size=600, seed=3)
+    names = sorted(p.name for p in first.iterdir())
+    assert names == sorted(p.name for p in second.iterdir())
+    assert "model.safetensors" in names and "tokenizer.json" in names
+    for name in names:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    model, _ = load(first)
+    assert model.config.untrained and model.config.vocab_size <= 600
