@@ -1,0 +1,177 @@
+"""Same global batch on 1 GPU and on 2 GPUs (DDP, FSDP2): do the SFT runs reach the same loss?
+
+Trains the "small" preset (from scratch, on a synthetic corpus of elementwise CUDA kernels generated here, with a
+tokenizer trained here) three times through `accelerate launch ... -m dice_copilot.cli train sft`:
+  1 GPU   grad_accum 2 x 4 rows      (trainer/accelerate_configs/single_gpu.yaml)
+  DDP     2 GPUs x 4 rows            (trainer/accelerate_configs/ddp_2gpu.yaml)
+  FSDP2   2 GPUs x 4 rows            (trainer/accelerate_configs/fsdp_2gpu.yaml; FSDP1 is tried if FSDP2 fails)
+Rows and noise depend only on the seed and the step, so the three runs see identical batches and masks; losses
+should agree up to bf16 reduction order. Prints a table and writes --out. Needs 2 GPUs (~3 minutes):
+    python bench/sft_multigpu.py --out $OUT/sft_multigpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "trainer" / "accelerate_configs"
+# Final losses (mean of the last 10 steps) within this relative distance of the 1-GPU run count as "same loss".
+TOLERANCE = 0.02
+
+UNARY = {
+    "relu": "fmaxf({x}, 0.0f)", "square": "{x} * {x}", "negate": "-{x}", "exp": "expf({x})", "abs": "fabsf({x})",
+    "sigmoid": "1.0f / (1.0f + expf(-{x}))", "tanh": "tanhf({x})", "softplus": "log1pf(expf({x}))",
+    "sqrt": "sqrtf(fabsf({x}))", "sin": "sinf({x})",
+}
+
+
+def synthetic_records(count: int, seed: int) -> list[dict]:
+    """Prompt -> kernel pairs: a chain of 1-3 unary ops with a scale, as a grid-stride elementwise kernel."""
+    rng = random.Random(seed)
+    records = []
+    for _ in range(count):
+        ops = rng.sample(sorted(UNARY), rng.randint(1, 3))
+        scale = rng.choice(["0.5f", "2.0f", "3.0f", "0.25f"])
+        expr = "x[i]"
+        for op in ops:
+            expr = UNARY[op].format(x=f"({expr})" if " " in expr else expr)
+        name = "_".join(ops)
+        kernel = (
+            f"__global__ void {name}_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {{\n"
+            f"    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {{\n"
+            f"        y[i] = {scale} * ({expr});\n"
+            f"    }}\n}}\n"
+        )
+        prompt = (f"<|im_start|>user\nWrite a CUDA kernel computing y = {scale} * {' of '.join(reversed(ops))}(x)."
+                  f"<|im_end|>\n<|im_start|>assistant\n")
+        records.append({"prompt": prompt, "response": f"```cpp\n{kernel}```"})
+    return records
+
+
+def fsdp1_variant(work: Path) -> Path:
+    """fsdp_2gpu.yaml with FSDP1 (use_orig_params), for torch/accelerate builds where FSDP2 fails."""
+    text = (CONFIGS / "fsdp_2gpu.yaml").read_text().replace("fsdp_version: 2", "fsdp_version: 1")
+    text = text.replace("  fsdp_reshard_after_forward: true\n",
+                        "  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_use_orig_params: true\n"
+                        "  fsdp_sync_module_states: true\n")
+    path = work / "fsdp1_2gpu.yaml"
+    path.write_text(text)
+    return path
+
+
+def launch(name: str, accelerate_config: Path, config_file: Path, out_dir: Path, grad_accum: int,
+           timeout: int) -> dict:
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
+        "-m", "dice_copilot.cli", "train", "sft", str(config_file),
+        "--set", f"grad_accum={grad_accum}", "--set", f'output_dir="{out_dir}"',
+    ]
+    shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run: metrics.jsonl appends, states would resume
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                              env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        status, log = ("ok" if done.returncode == 0 else f"exit {done.returncode}"), done.stdout + done.stderr
+    except subprocess.TimeoutExpired as err:
+        status, log = f"timeout {timeout}s", (err.stdout or b"").decode() + (err.stderr or b"").decode()
+    wall = time.perf_counter() - started
+    (out_dir.parent / f"{out_dir.name}.log").write_text(log)
+    row = {"setup": name, "accelerate_config": str(accelerate_config), "grad_accum": grad_accum, "status": status,
+           "wall_s": wall}
+    metrics_file = out_dir / "metrics.jsonl"
+    if status == "ok" and metrics_file.is_file():
+        metrics = [json.loads(line) for line in metrics_file.read_text().splitlines()]
+        losses = [m["loss"] for m in metrics]
+        timed = [m["tokens_per_s"] for m in metrics[5:]] or [m["tokens_per_s"] for m in metrics]
+        row.update(losses=losses, final_loss=sum(losses[-10:]) / len(losses[-10:]),
+                   tokens_per_s=sum(timed) / len(timed), checkpoint=str(out_dir / "checkpoint"))
+    else:
+        row["log_tail"] = log[-3000:]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, type=Path, help="JSON file for the results")
+    parser.add_argument("--work", type=Path, default=Path("sft_multigpu_work"), help="data, tokenizer and runs")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--rows-per-gpu", type=int, default=4)
+    parser.add_argument("--compile", action="store_true", help="flex-attention + torch.compile (default: dense, eager)")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        print(f"needs 2 GPUs, found {torch.cuda.device_count()}: run it on a 2-GPU machine", file=sys.stderr)
+        return 2
+    from dice_copilot.trainer.tokenizer_training import train_tokenizer
+
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    records = synthetic_records(3000, seed=0)
+    data = work / "kernels.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tokenizer = train_tokenizer([r["prompt"] + r["response"] for r in records], 2048, work / "tokenizer")
+    config_file = work / "sft.toml"
+    config_file.write_text("\n".join([
+        'model = "small"', f'tokenizer = "{tokenizer}"', f'train_files = ["{data}"]', f"seq_len = {args.seq_len}",
+        f"per_device_batch_size = {args.rows_per_gpu}", f"max_steps = {args.steps}", "learning_rate = 1e-3",
+        "warmup_steps = 5", 'schedule = "cosine"', "min_lr_ratio = 0.1", "seed = 0", "log_every_steps = 1",
+        "save_every_steps = 0", "tensorboard = false", "progress_bar = false", "resume = false",
+        f"compile = {str(args.compile).lower()}", f'attention_backend = "{"flex" if args.compile else "dense"}"',
+    ]) + "\n")
+
+    rows = [
+        launch("1 GPU (accum 2)", CONFIGS / "single_gpu.yaml", config_file, work / "run_1gpu", 2, args.timeout),
+        launch("DDP 2 GPUs", CONFIGS / "ddp_2gpu.yaml", config_file, work / "run_ddp", 1, args.timeout),
+        launch("FSDP2 2 GPUs", CONFIGS / "fsdp_2gpu.yaml", config_file, work / "run_fsdp2", 1, args.timeout),
+    ]
+    if rows[-1]["status"] != "ok":
+        rows.append(launch("FSDP1 2 GPUs", fsdp1_variant(work), config_file, work / "run_fsdp1", 1, args.timeout))
+
+    reference = rows[0] if rows[0]["status"] == "ok" else None
+    for row in rows:
+        if reference and row["status"] == "ok":
+            pairs = list(zip(reference["losses"], row["losses"]))
+            row["max_step_loss_diff"] = max(abs(a - b) for a, b in pairs)
+            row["final_loss_rel_diff"] = abs(row["final_loss"] - reference["final_loss"]) / reference["final_loss"]
+            row["same_loss"] = row["final_loss_rel_diff"] <= TOLERANCE
+
+    global_rows = 2 * args.rows_per_gpu
+    print(f"\nsmall preset, {args.steps} steps, global batch {global_rows} rows x {args.seq_len} tokens, "
+          f"{'flex+compile' if args.compile else 'dense eager'}")
+    header = f"{'setup':18} {'status':12} {'accum':>5} {'first loss':>10} {'final loss':>10} {'rel diff':>9} " \
+             f"{'max step diff':>13} {'tok/s':>9} {'wall s':>7}"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        if row["status"] != "ok":
+            print(f"{row['setup']:18} {row['status']:12} {row['grad_accum']:>5}   (log: {work}/*.log)")
+            continue
+        rel = row.get("final_loss_rel_diff")
+        print(f"{row['setup']:18} {'ok':12} {row['grad_accum']:>5} {row['losses'][0]:10.4f} {row['final_loss']:10.4f} "
+              f"{'' if rel is None else f'{100 * rel:.2f}%':>9} {row.get('max_step_loss_diff', 0):13.4f} "
+              f"{row['tokens_per_s']:9.0f} {row['wall_s']:7.1f}")
+    same = [r.get("same_loss") for r in rows[1:] if r["status"] == "ok"]
+    verdict = "all multi-GPU runs reach the 1-GPU loss" if same and all(same) else "MISMATCH or failed runs"
+    print(f"tolerance {100 * TOLERANCE:.0f}% on the final loss: {verdict}")
+    report = {"steps": args.steps, "seq_len": args.seq_len, "global_rows": global_rows, "compile": args.compile,
+              "tolerance": TOLERANCE, "rows": rows, "device": torch.cuda.get_device_name(0)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

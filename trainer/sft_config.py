@@ -1,0 +1,211 @@
+"""SFTConfig: every knob of block-diffusion SFT in one dataclass, overridable from a TOML or YAML file.
+
+Defaults follow DICE's SFT recipe (dice-method.md §1.4): block 4, sequences packed to 6144 tokens, samples that do
+not fit dropped, lr 1e-5 constant with 3% warmup, 3 epochs, bf16.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEDULES = ("constant_with_warmup", "cosine", "linear")
+MIXED_PRECISION = ("bf16", "fp16", "no")
+ATTENTION_BACKENDS = ("auto", "flex", "dense")
+SAVE_DTYPES = ("bfloat16", "float16", "float32")
+
+
+class SFTConfigError(ValueError):
+    """A bad SFT config value or file; the message names the field and what to do."""
+
+
+@dataclass
+class SFTConfig:
+    """Block-diffusion SFT settings. Paths are relative to the working directory (or to the config file's folder
+    when read with `load_sft_config`)."""
+
+    # --- model -------------------------------------------------------------------------------------------
+    # A size preset of `DiceConfig.from_name` ("tiny", "small", "base", "dice-1.7b", "dice-4b", "dice-8b") to train
+    # from scratch, or a checkpoint folder: SDAR/DICE (model_type "sdar") or a plain causal Qwen3 (a mask token is
+    # added to its tokenizer and, when needed, to its embeddings).
+    model: str = "tiny"
+    # Tokenizer folder (HF layout, e.g. from `dice-copilot train tokenizer`); required for presets, optional for
+    # checkpoints (their own tokenizer is used by default).
+    tokenizer: str | None = None
+    # DiceConfig field overrides for from-scratch presets, e.g. {num_hidden_layers = 4}.
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    # Block size to train at; None keeps the checkpoint's (DICE: 4). Inference must use the same value.
+    block_size: int | None = None
+
+    # --- data --------------------------------------------------------------------------------------------
+    # JSONL files; each line {"prompt", "response"} (prompt already chat-formatted, e.g. the DICE end-to-end prompt),
+    # {"messages": [{"role", "content"}, ...]} (the last assistant turn is trained) or {"text"} (all trained).
+    train_files: list[str] = field(default_factory=list)
+    # Tokens per packed row of the clean half (the model sees twice this: noisy ‖ clean). Samples longer than this
+    # are dropped, as DICE's `truncate_mode: drop` does (a truncated kernel would teach the model to stop mid-code).
+    seq_len: int = 6144
+    # Pack several samples into one row (block-diagonal attention between them); False = one sample per row.
+    packing: bool = True
+
+    # --- diffusion objective (dice-method.md §2.2) ---------------------------------------------------------
+    # Masking probability p = (1 - eps) * t + eps with t ~ U(0, 1) drawn once per sample.
+    noise_eps: float = 1e-3
+    # Redraws of a sample's mask until at least one answer token is masked; after that one answer token is masked
+    # at random, so every sample contributes to the loss.
+    max_noise_retries: int = 10
+
+    # --- optimisation ------------------------------------------------------------------------------------
+    # Passes over the data; fractional values stop part-way through the last epoch.
+    epochs: float = 3.0
+    # Stop after this many optimizer steps (overrides `epochs` when set).
+    max_steps: int | None = None
+    # Packed rows per GPU per micro-step.
+    per_device_batch_size: int = 1
+    # Micro-steps per optimizer step. Global batch = per_device_batch_size * grad_accum * number of processes.
+    grad_accum: int = 1
+    learning_rate: float = 1e-5
+    # "constant_with_warmup" (DICE), "cosine" or "linear" decay after warmup.
+    schedule: str = "constant_with_warmup"
+    # Warmup as a fraction of all optimizer steps (DICE: 0.03); `warmup_steps` wins when set.
+    warmup_ratio: float = 0.03
+    warmup_steps: int | None = None
+    # Floor of the cosine/linear decay as a fraction of learning_rate.
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    # Global gradient-norm clip; 0 disables clipping.
+    max_grad_norm: float = 1.0
+    # Seeds weight init, data order and the noise (the noise of a row depends only on seed, epoch and row index,
+    # so runs on 1 or N GPUs with the same global batch see identical masks).
+    seed: int = 42
+
+    # --- speed -------------------------------------------------------------------------------------------
+    # Autocast precision with fp32 master weights; "bf16" falls back to "no" on a CPU-only machine.
+    mixed_precision: str = "bf16"
+    # Recompute each layer's activations in the backward pass (less memory, ~30% more compute).
+    gradient_checkpointing: bool = False
+    # "flex": flex-attention BlockMask (GPU, compiled); "dense": boolean mask through SDPA; "auto": flex on CUDA
+    # when `compile` is on, dense otherwise.
+    attention_backend: str = "auto"
+    # torch.compile each decoder layer on CUDA (needed for fast flex-attention); ignored on CPU.
+    compile: bool = True
+    # bf16 dense matmul peak of one device in TFLOP/s for the MFU readout; None = look it up from the device name.
+    peak_tflops: float | None = None
+
+    # --- output ------------------------------------------------------------------------------------------
+    # Run folder: `checkpoint/` (HF layout the server loads, replaced atomically), `state/step-N/` (exact resume),
+    # `tensorboard/`, `loss_curve.png`, `metrics.jsonl`.
+    output_dir: str = "runs/sft"
+    # Write the HF checkpoint and a resumable state every N optimizer steps (and always at the end); 0 = end only.
+    save_every_steps: int = 500
+    # Weight dtype of the exported HF checkpoint ("bfloat16" as DICE ships, "float16" or "float32").
+    save_dtype: str = "bfloat16"
+    # Resumable states kept on disk (older ones are deleted).
+    keep_last_states: int = 2
+    # Continue from the newest state in output_dir/state when one exists.
+    resume: bool = True
+    # Log to metrics.jsonl / TensorBoard every N optimizer steps.
+    log_every_steps: int = 10
+    tensorboard: bool = True
+    progress_bar: bool = True
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise SFTConfigError naming the first bad field."""
+        checks = [
+            ("seq_len", self.seq_len >= 1, "must be >= 1"),
+            ("per_device_batch_size", self.per_device_batch_size >= 1, "must be >= 1"),
+            ("grad_accum", self.grad_accum >= 1, "must be >= 1"),
+            ("epochs", self.epochs > 0, "must be > 0"),
+            ("max_steps", self.max_steps is None or self.max_steps >= 1, "must be >= 1 or unset"),
+            ("learning_rate", self.learning_rate > 0, "must be > 0"),
+            ("schedule", self.schedule in SCHEDULES, f"must be one of {SCHEDULES}"),
+            ("warmup_ratio", 0 <= self.warmup_ratio < 1, "must be in [0, 1)"),
+            ("warmup_steps", self.warmup_steps is None or self.warmup_steps >= 0, "must be >= 0 or unset"),
+            ("min_lr_ratio", 0 <= self.min_lr_ratio <= 1, "must be in [0, 1]"),
+            ("noise_eps", 0 < self.noise_eps < 1, "must be in (0, 1)"),
+            ("max_noise_retries", self.max_noise_retries >= 1, "must be >= 1"),
+            ("max_grad_norm", self.max_grad_norm >= 0, "must be >= 0"),
+            ("mixed_precision", self.mixed_precision in MIXED_PRECISION, f"must be one of {MIXED_PRECISION}"),
+            ("attention_backend", self.attention_backend in ATTENTION_BACKENDS,
+             f"must be one of {ATTENTION_BACKENDS}"),
+            ("block_size", self.block_size is None or self.block_size >= 1, "must be >= 1 or unset"),
+            ("save_dtype", self.save_dtype in SAVE_DTYPES, f"must be one of {SAVE_DTYPES}"),
+            ("save_every_steps", self.save_every_steps >= 0, "must be >= 0"),
+            ("keep_last_states", self.keep_last_states >= 1, "must be >= 1"),
+            ("log_every_steps", self.log_every_steps >= 1, "must be >= 1"),
+        ]
+        for name, ok, rule in checks:
+            if not ok:
+                raise SFTConfigError(f"SFT config field {name!r} = {getattr(self, name)!r} {rule}")
+
+    def replace(self, **changes) -> "SFTConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def sft_config_from_dict(values: dict[str, Any], source: str = "config") -> SFTConfig:
+    """Build an SFTConfig from a mapping, rejecting unknown keys with the list of known ones."""
+    known = {f.name for f in dataclasses.fields(SFTConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise SFTConfigError(f"{source}: unknown SFT config key(s) {unknown}; known keys: {sorted(known)}")
+    try:
+        return SFTConfig(**values)
+    except TypeError as err:
+        raise SFTConfigError(f"{source}: {err}") from err
+
+
+# Fields holding paths, resolved against the config file's folder.
+_PATH_FIELDS = ("tokenizer", "output_dir")
+
+
+def load_sft_config(path: str | Path, **overrides) -> SFTConfig:
+    """Read a TOML (.toml) or YAML (.yaml/.yml) file over the defaults; relative paths are taken from the file's
+    folder (`model` too when that folder holds it). `overrides` (e.g. from the command line) win over the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise SFTConfigError(f"SFT config file {path} does not exist")
+    values = _parse_config_file(path)
+    if not isinstance(values, dict):
+        raise SFTConfigError(f"{path} must hold a table of SFT config keys, not {type(values).__name__}")
+    base = path.parent
+    for name in _PATH_FIELDS:
+        if isinstance(values.get(name), str):
+            values[name] = str(_resolve(base, values[name]))
+    if isinstance(values.get("train_files"), str):
+        values["train_files"] = [values["train_files"]]
+    if isinstance(values.get("train_files"), list):
+        values["train_files"] = [str(_resolve(base, p)) for p in values["train_files"]]
+    if isinstance(values.get("model"), str) and (base / values["model"]).exists():
+        values["model"] = str(_resolve(base, values["model"]))
+    values.update(overrides)
+    return sft_config_from_dict(values, source=str(path))
+
+
+def _parse_config_file(path: Path) -> Any:
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        try:
+            return tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise SFTConfigError(f"cannot parse {path} as TOML: {err}") from err
+    if suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            return yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise SFTConfigError(f"cannot parse {path} as YAML: {err}") from err
+    raise SFTConfigError(f"SFT config file {path} must end in .toml, .yaml or .yml")
+
+
+def _resolve(base: Path, value: str) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (base / p)
