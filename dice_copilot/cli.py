@@ -8,6 +8,10 @@ import sys
 # `fn(args) -> int` is the exit code.
 COMMAND_MODULES = [
     "dice_copilot.model.commands",
+    "dice_copilot.validator.commands",
+    "dice_copilot.trainer.commands",
+    "dice_copilot.server.commands",
+    "dice_copilot.validator.eval_commands",
 ]
 
 

@@ -1,0 +1,244 @@
+"""Validator speed: time-to-verdict (cold and warm build cache, and a kernel-body infill) of this validator versus
+the KernelBench-style path (load_inline per candidate, in process), and verdicts per minute for a batch of
+candidates with timing off. Problems and honest candidates: bench/validator_problems/ (written for this project).
+
+    python bench/validator_bench.py --out results.json                 # everything (about 10 min on an H200 box)
+    python bench/validator_bench.py --parts ours,batch --out a.json    # split into shorter runs
+    python bench/validator_bench.py --parts kernelbench --kb-problems 3 --merge a.json --out b.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from dice_copilot.validator import Budget, Candidate, Problem, ValidatorPool
+from dice_copilot.validator.compile import CompileConfig, resolve_arch
+
+PROBLEMS = Path(__file__).resolve().parent / "validator_problems"
+NO_TIMING = Budget(timing=False, call_timeout_s=30)
+
+
+def load_problems(names: list[str] | None) -> list[tuple[str, Path, Path]]:
+    folders = sorted(p for p in PROBLEMS.iterdir() if (p / "candidate.py").exists())
+    if names:
+        folders = [f for f in folders if f.name in names]
+    return [(f.name, f / "reference.py", f / "candidate.py") for f in folders]
+
+
+def infill_variant(source: str, tag: int) -> str:
+    """Same host code, a different (equivalent) kernel body: what a kernel-body infill produces."""
+    return source.replace("threadIdx.x", f"(threadIdx.x + {tag} - {tag})", 1)
+
+
+def whole_variant(source: str, tag: int) -> str:
+    """A different kernel and different host glue: what a whole-candidate sample produces."""
+    source = infill_variant(source, tag)
+    return re.sub(r"(torch::Tensor \w+\([^)]*\) \{\n)", rf"\1    // sample {tag}\n", source, count=1)
+
+
+# ---------------------------------------------------------------- KernelBench-style baseline (in process)
+
+KB_SCRIPT = textwrap.dedent('''
+    import json, os, sys, time
+    import torch
+    t0 = time.perf_counter()
+    os.environ["TORCH_EXTENSIONS_DIR"] = sys.argv[3]
+    ref_src, cand_src = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+    ctx_ref, ctx = {}, {}
+    exec(compile(ref_src, "reference", "exec"), ctx_ref)
+    status = "ok"
+    try:
+        exec(compile(cand_src, "candidate", "exec"), ctx)   # load_inline compiles here, in this process
+        t_compiled = time.perf_counter()
+        torch.manual_seed(42)
+        init = ctx_ref["get_init_inputs"]()
+        torch.manual_seed(42)
+        ref = ctx_ref["Model"](*init).cuda()
+        torch.manual_seed(42)
+        new = ctx["ModelNew"](*init).cuda()
+        torch.manual_seed(42)
+        seeds = [int(torch.randint(0, 2**32 - 1, (1,))) for _ in range(5)]
+        with torch.no_grad():
+            for s in seeds:
+                torch.manual_seed(s)
+                inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ctx_ref["get_inputs"]()]
+                out_ref = ref(*inputs); torch.cuda.synchronize()
+                out_new = new(*inputs); torch.cuda.synchronize()
+                if out_ref.shape != out_new.shape or not torch.allclose(out_ref, out_new, atol=1e-4, rtol=1e-4):
+                    status = "incorrect"
+                    break
+    except Exception as exc:
+        status = f"error: {type(exc).__name__}: {exc}"[:300]
+        t_compiled = time.perf_counter()
+    print("KB_RESULT", json.dumps({"status": status, "compile_s": t_compiled - t0,
+                                   "verdict_s": time.perf_counter() - t0}))
+''')
+
+
+def kernelbench_verdict(reference: Path, candidate_source: str, ext_dir: Path, timeout: float = 590) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
+        handle.write(candidate_source)
+    env = dict(os.environ, TORCH_CUDA_ARCH_LIST=_arch_list())
+    out = subprocess.run([sys.executable, "-c", KB_SCRIPT, str(reference), handle.name, str(ext_dir)],
+                         capture_output=True, text=True, env=env, timeout=timeout)
+    os.unlink(handle.name)
+    match = re.search(r"KB_RESULT (.*)", out.stdout)
+    if not match:
+        return {"status": "error: " + (out.stderr or out.stdout)[-300:], "verdict_s": None}
+    return json.loads(match.group(1))
+
+
+def _arch_list() -> str:
+    arch = resolve_arch(None).removeprefix("sm_")
+    return f"{arch[:-1]}.{arch[-1]}"
+
+
+# ---------------------------------------------------------------- parts
+
+def timed_validate(pool, problem, candidate, budget=NO_TIMING):
+    start = time.perf_counter()
+    verdict = pool.validate(problem, candidate, "ide", budget)
+    return verdict, time.perf_counter() - start
+
+
+def run_ours(pool, problems, results):
+    rows = []
+    for name, ref, cand in problems:
+        problem = Problem.from_file(ref)
+        source = cand.read_text()
+        cold, t_cold = timed_validate(pool, problem, Candidate.from_source(source, path=str(cand)))
+        warm, t_warm = timed_validate(pool, problem, Candidate.from_source(source, path=str(cand)))
+        infill, t_infill = timed_validate(pool, problem, Candidate.from_source(infill_variant(source, 7),
+                                                                                path=str(cand)))
+        timed, t_timed = timed_validate(pool, problem, Candidate.from_source(source, path=str(cand)), Budget())
+        row = {"problem": name, "cold_s": t_cold, "warm_s": t_warm, "infill_s": t_infill, "timed_verdict_s": t_timed,
+               "passed": [cold.passed, warm.passed, infill.passed, timed.passed],
+               "failure": cold.failure or infill.failure or timed.failure, "speedup": timed.speedup,
+               "compile_s": cold.stage_times.get("compile"), "strategy_log": cold.compiler_log[:120]}
+        rows.append(row)
+        print(f"ours  {name:12s} cold {t_cold:6.2f}s  warm {t_warm:5.2f}s  infill {t_infill:5.2f}s  "
+              f"timed {t_timed:5.2f}s  speedup {timed.speedup or 0:5.2f}x  passed {row['passed']}", flush=True)
+    results["ours"] = rows
+
+
+def run_kernelbench(problems, results, limit: int):
+    rows = []
+    for name, ref, cand in problems[:limit]:
+        ext_dir = Path(tempfile.mkdtemp(prefix="kb_ext_"))
+        source = cand.read_text()
+        cold = kernelbench_verdict(ref, source, ext_dir)
+        warm = kernelbench_verdict(ref, source, ext_dir)
+        infill = kernelbench_verdict(ref, infill_variant(source, 7), ext_dir)
+        rows.append({"problem": name, "cold_s": cold["verdict_s"], "warm_s": warm["verdict_s"],
+                     "infill_s": infill["verdict_s"], "status": [cold["status"], warm["status"], infill["status"]]})
+        print(f"kb    {name:12s} cold {cold['verdict_s'] or -1:6.2f}s  warm {warm['verdict_s'] or -1:5.2f}s  "
+              f"infill {infill['verdict_s'] or -1:6.2f}s  {rows[-1]['status']}", flush=True)
+    results["kernelbench"] = rows
+
+
+def run_batch(pool, problems, results, size: int):
+    out = {}
+    for kind, make in (("whole", whole_variant), ("infill", infill_variant)):
+        items = []
+        for i in range(size):
+            name, ref, cand = problems[i % len(problems)]
+            items.append((Problem.from_file(ref), Candidate.from_source(make(cand.read_text(), 1000 + i),
+                                                                       path=str(cand))))
+        start = time.perf_counter()
+        verdicts = pool.validate_many(items, "ide", NO_TIMING)
+        wall = time.perf_counter() - start
+        passed = sum(v.passed for v in verdicts)
+        out[kind] = {"n": size, "wall_s": wall, "verdicts_per_min": size / wall * 60, "passed": passed,
+                     "failures": sorted({v.failure for v in verdicts if not v.passed})[:5]}
+        print(f"batch {kind:6s} {size} candidates in {wall:6.1f}s = {size / wall * 60:6.1f} verdicts/min, "
+              f"{passed} passed", flush=True)
+    results["batch"] = out
+
+
+def print_table(results):
+    ours = {r["problem"]: r for r in results.get("ours", [])}
+    kb = {r["problem"]: r for r in results.get("kernelbench", [])}
+    print("\n| problem | ours cold (s) | KB cold (s) | ratio | ours warm (s) | KB warm (s) | ours infill (s) | "
+          "KB infill (s) | ratio | speedup vs torch |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"
+    ratio = lambda a, b: "-" if not a or not b else f"{b / a:.1f}x"
+    for name, r in ours.items():
+        k = kb.get(name, {})
+        print(f"| {name} | {fmt(r['cold_s'])} | {fmt(k.get('cold_s'))} | {ratio(r['cold_s'], k.get('cold_s'))} | "
+              f"{fmt(r['warm_s'])} | {fmt(k.get('warm_s'))} | {fmt(r['infill_s'])} | {fmt(k.get('infill_s'))} | "
+              f"{ratio(r['infill_s'], k.get('infill_s'))} | {fmt(r['speedup'])} |")
+    if ours:
+        med = lambda xs: sorted(xs)[len(xs) // 2]
+        summary = {"ours_cold_median_s": med([r["cold_s"] for r in ours.values()]),
+                   "ours_infill_median_s": med([r["infill_s"] for r in ours.values()]),
+                   "ours_warm_median_s": med([r["warm_s"] for r in ours.values()])}
+        if kb:
+            shared = [n for n in kb if n in ours and kb[n]["cold_s"]]
+            if shared:
+                summary["cold_ratio_median"] = med([kb[n]["cold_s"] / ours[n]["cold_s"] for n in shared])
+                summary["infill_ratio_median"] = med([kb[n]["infill_s"] / ours[n]["infill_s"] for n in shared
+                                                      if kb[n]["infill_s"]])
+        results["summary"] = summary
+        print("\n" + json.dumps(summary, indent=1))
+    for kind, b in results.get("batch", {}).items():
+        print(f"batch ({kind} candidates, timing off): {b['verdicts_per_min']:.0f} verdicts/min "
+              f"({b['passed']}/{b['n']} passed)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--parts", default="ours,kernelbench,batch")
+    parser.add_argument("--problems", nargs="*", help="subset of problem folder names")
+    parser.add_argument("--kb-problems", type=int, default=3, help="problems run through the slow baseline")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--workers-per-gpu", type=int, default=2, help="worker processes per GPU in the batch part")
+    parser.add_argument("--merge", type=Path, help="results JSON of an earlier run (other --parts) to combine with")
+    parser.add_argument("--cache", type=Path, help="build cache (default: a fresh temporary folder = cold)")
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    problems = load_problems(args.problems)
+    cache = args.cache or Path(tempfile.mkdtemp(prefix="dice_bench_cache_"))
+    results: dict = json.loads(args.merge.read_text()) if args.merge else {}
+    results.update({"problems": [p[0] for p in problems], "cache": str(cache), "cpus": os.cpu_count()})
+
+    def save():
+        args.out.write_text(json.dumps(results, indent=1, default=str))
+
+    if parts & {"ours", "batch"}:
+        config = CompileConfig(cache_dir=cache)
+        with ValidatorPool(compile_config=config) as pool:
+            start = time.perf_counter()
+            ok = pool.builder.prepare_common_headers()
+            results["setup"] = {"pch_s": time.perf_counter() - start, "pch_ok": ok,
+                                "gpus": pool.gpus, "arch": pool.builder.arch}
+            print(f"one-time setup: precompiled headers {results['setup']['pch_s']:.1f}s {ok}", flush=True)
+            save()
+            if "ours" in parts:
+                run_ours(pool, problems, results)
+                save()
+        if "batch" in parts:
+            # Correctness-only batches overlap several workers per GPU (no timing in this part).
+            with ValidatorPool(compile_config=config, workers_per_gpu=args.workers_per_gpu) as batch_pool:
+                run_batch(batch_pool, problems, results, args.batch)
+            save()
+    if "kernelbench" in parts:
+        run_kernelbench(problems, results, args.kb_problems)
+        save()
+    print_table(results)
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+"""Inclusive cumulative sum along the last dimension."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return torch.cumsum(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(4096, 256)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,19 @@
+"""Elementwise sigmoid."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.sigmoid(x)
+
+
+def get_inputs():
+    return [torch.randn(2048, 2048)]
+
+
+def get_init_inputs():
+    return []

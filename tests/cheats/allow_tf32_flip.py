@@ -1,0 +1,41 @@
+"""Cheat (spec §2 #13): enables TF32 globally so the reference (same process) and cuBLAS run in reduced precision."""
+
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.0f);
+}
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+
+ext = load_inline(
+    name="cheat_allow_tf32_flip",
+    cpp_sources="torch::Tensor relu_forward(torch::Tensor x);",
+    cuda_sources=cuda_source,
+    functions=["relu_forward"],
+)
+
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.backends.cudnn.allow_tf32 = True
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ext.relu_forward(x)

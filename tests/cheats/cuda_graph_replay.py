@@ -1,0 +1,47 @@
+"""Cheat (spec §5.1): captures one launch in a CUDA graph and replays it, returning the graph's static output."""
+
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.0f);
+}
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+
+ext = load_inline(
+    name="cheat_cuda_graph_replay",
+    cpp_sources="torch::Tensor relu_forward(torch::Tensor x);",
+    cuda_sources=cuda_source,
+    functions=["relu_forward"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.graph = None
+        self.static_input = None
+        self.static_output = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.graph is None:
+            self.static_input = x.clone()
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.static_output = ext.relu_forward(self.static_input)
+        self.graph.replay()
+        return self.static_output

@@ -1,0 +1,45 @@
+"""Cheat (spec §2 #7): a module-level cache keyed by shape and a few sampled values (a cheap fingerprint)."""
+
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.0f);
+}
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+
+ext = load_inline(
+    name="cheat_fingerprint_cache",
+    cpp_sources="torch::Tensor relu_forward(torch::Tensor x);",
+    cuda_sources=cuda_source,
+    functions=["relu_forward"],
+)
+
+_RESULTS = {}
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = (tuple(x.shape), float(x[0, 0]), float(x[-1, -1]))
+        cached = _RESULTS.get(key)
+        if cached is None:
+            cached = ext.relu_forward(x)
+            _RESULTS[key] = cached
+        return cached

@@ -1,0 +1,109 @@
+"""`dice-copilot validate` exit codes and output, and worker isolation exercised on the CPU (pure-PyTorch candidates
+run by the same harness: wrong answers, hangs and crashes give failed verdicts and the pool keeps working)."""
+
+import argparse
+import json
+import textwrap
+
+import pytest
+
+from dice_copilot.validator import Budget, ValidatorPool, commands
+
+REFERENCE = textwrap.dedent('''
+    import torch
+
+    class Model(torch.nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.lin = torch.nn.Linear(dim, dim)
+
+        def forward(self, x):
+            return torch.relu(self.lin(x))
+
+    def get_inputs():
+        return [torch.rand(64, 32)]
+
+    def get_init_inputs():
+        return [32]
+''')
+
+CPU_CANDIDATES = {
+    "honest": "return (x @ self.lin.weight.t() + self.lin.bias).clamp_min(0)",
+    "identity_on_positive_inputs": "return self.lin(x)",
+    "mutates_input": "x.zero_()\n        return torch.relu(self.lin(x))",
+    "hangs": "while True:\n            x = x + 1",
+    "segfaults": "import ctypes\n        ctypes.string_at(0)",
+}
+
+
+def _candidate(body: str) -> str:
+    return textwrap.dedent('''
+        import torch
+
+        class ModelNew(torch.nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.lin = torch.nn.Linear(dim, dim)
+
+            def forward(self, x):
+                BODY
+    ''').replace("BODY", body)
+
+
+def _run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    commands.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+def test_cli_exit_2_for_unreadable_reference(tmp_path, capsys):
+    candidate = tmp_path / "cand.py"
+    candidate.write_text(_candidate(CPU_CANDIDATES["honest"]))
+    assert _run_cli(["validate", str(candidate), "--reference", str(tmp_path / "missing.py")]) == 2
+    assert "cannot read the reference problem file" in capsys.readouterr().err
+
+
+def test_cli_exit_2_for_reference_without_model(tmp_path):
+    (tmp_path / "ref.py").write_text("x = 1\n")
+    (tmp_path / "cand.py").write_text(_candidate(CPU_CANDIDATES["honest"]))
+    assert _run_cli(["validate", str(tmp_path / "cand.py"), "--reference", str(tmp_path / "ref.py")]) == 2
+
+
+def test_cli_exit_1_and_json_for_a_statically_rejected_candidate(tmp_path, capsys):
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    (tmp_path / "cand.py").write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
+                                      "    def forward(self, x):\n        return eval('x')\n")
+    code = _run_cli(["validate", str(tmp_path / "cand.py"), "--reference", str(tmp_path / "ref.py"), "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert code == 1 and verdict["failure_code"] == "static" and verdict["stage"] is None
+
+
+@pytest.fixture(scope="module")
+def cpu_verdicts():
+    """One CPU worker validates every candidate in turn: later verdicts prove the pool survived earlier faults."""
+    budget = Budget(call_timeout_s=2, timing=True, timing_budget_s=0.5, min_timing_trials=5, timing_trials=10)
+    order = ["honest", "identity_on_positive_inputs", "mutates_input", "hangs", "segfaults", "honest"]
+    verdicts = []
+    with ValidatorPool(run_on_cpu=True) as pool:
+        for name in order:
+            verdicts.append((name, pool.validate(REFERENCE, _candidate(CPU_CANDIDATES[name]), "ide", budget)))
+    return verdicts
+
+
+@pytest.mark.slow
+def test_cpu_harness_verdicts_and_survival(cpu_verdicts):
+    by_name = [(name, v) for name, v in cpu_verdicts]
+    honest = by_name[0][1]
+    assert honest.passed and honest.stage == "timed" and honest.speedup and honest.max_abs_error[0] < 1e-4
+    assert honest.timing["candidate"].n >= 5
+    wrong = by_name[1][1]
+    assert not wrong.passed and wrong.failure_code == "incorrect" and "max abs error" in wrong.failure
+    assert wrong.max_abs_error and wrong.max_abs_error[0] > 1e-2
+    mutating = by_name[2][1]
+    assert not mutating.passed and mutating.failure_code == "cheat" and "modified input 0" in mutating.failure
+    hang = by_name[3][1]
+    assert hang.failure_code == "timeout" and hang.stage_times["gpu"] < 20
+    crash = by_name[4][1]
+    assert crash.failure_code in ("crash", "static"), crash.failure
+    assert by_name[5][1].passed, by_name[5][1].failure

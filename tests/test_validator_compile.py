@@ -1,0 +1,120 @@
+"""Validator compile stage with the real nvcc/g++ (no GPU needed): compile-only verdicts, errors mapped to the
+candidate's lines (inside a Python string and in a .cu file), and the compile timeout."""
+
+import os
+import shutil
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from dice_copilot.validator import Budget, Candidate, Problem, ValidatorPool
+from dice_copilot.validator.compile import CompileConfig
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+REFERENCE = textwrap.dedent('''
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return 2 * x
+
+    def get_inputs():
+        return [torch.randn(1024)]
+
+    def get_init_inputs():
+        return []
+''')
+
+HONEST = textwrap.dedent('''
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    kernel = """
+    __global__ void twice_kernel(const float* x, float* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = 2.0f * x[i];
+    }
+
+    torch::Tensor twice(torch::Tensor x) {
+        auto y = torch::empty_like(x);
+        int n = x.numel();
+        twice_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+        return y;
+    }
+    """
+
+    ext = load_inline(name="twice", cpp_sources="torch::Tensor twice(torch::Tensor x);", cuda_sources=kernel,
+                      functions=["twice"])
+
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, x):
+            return ext.twice(x)
+''')
+
+
+def _pool(tmp_path, **config) -> ValidatorPool:
+    # gpus=[]: compile-only even where a GPU exists; no PCH so a single build does not wait for one.
+    return ValidatorPool(gpus=[], compile_config=CompileConfig(cache_dir=tmp_path / "cache", use_pch=False,
+                                                               **config), warm=False)
+
+
+def test_kernel_error_inside_python_string_maps_to_file_line(tmp_path):
+    broken = HONEST.replace("y[i] = 2.0f * x[i];", "y[i] = 2.0f * x[i]")  # missing ';'
+    line = next(i for i, text in enumerate(broken.splitlines(), 1) if "y[i] = 2.0f * x[i]" in text)
+    start = time.monotonic()
+    with _pool(tmp_path) as pool:
+        verdict = pool.validate(REFERENCE, Candidate.from_source(broken, path="cand.py"))
+    assert not verdict.passed and verdict.failure_code == "compile_error" and verdict.stage == "static"
+    errors = [d for d in verdict.diagnostics if d.severity == "error"]
+    assert errors and errors[0].file == "cand.py" and errors[0].line in (line, line + 1)
+    assert "compile error at line" in verdict.summary()
+    # Kernel errors come from the torch-free kernels file: no torch headers compiled to report them.
+    assert time.monotonic() - start < 60
+
+
+def test_error_in_cu_file_maps_to_cu_line(tmp_path):
+    cu = tmp_path / "bad.cu"
+    cu.write_text("__global__ void k(float* x) {\n    x[threadIdx.x] = undefined_name;\n}\n")
+    with _pool(tmp_path) as pool:
+        verdict = pool.validate(REFERENCE, Candidate.from_file(cu))
+    assert verdict.failure_code == "compile_error"
+    error = next(d for d in verdict.diagnostics if d.severity == "error")
+    assert (error.file, error.line) == (str(cu.resolve()), 2) and "undefined_name" in error.message
+
+
+def test_cu_file_without_builder_compiles_only_and_says_why(tmp_path):
+    cu = tmp_path / "ok.cu"
+    cu.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n")
+    with _pool(tmp_path) as pool:
+        verdict = pool.validate(REFERENCE, Candidate.from_file(cu))
+    assert verdict.passed and verdict.compile_only and verdict.stage == "compile"
+    assert "no Python module builds this .cu file" in verdict.details["not_run"]
+
+
+def test_compile_timeout_kills_the_compiler_group(tmp_path):
+    fake_nvcc = tmp_path / "slow-nvcc"
+    fake_nvcc.write_text("#!/bin/sh\nsleep 300\n")
+    fake_nvcc.chmod(0o755)
+    start = time.monotonic()
+    with _pool(tmp_path, nvcc=str(fake_nvcc)) as pool:
+        verdict = pool.validate(REFERENCE, Candidate.from_source(HONEST), budget=Budget(compile_timeout_s=3))
+    assert verdict.failure_code == "timeout" and "did not finish within 3 s" in verdict.failure
+    assert time.monotonic() - start < 30
+    # The bracket keeps pgrep from matching its own shell's command line.
+    assert os.popen(f"pgrep -f '{tmp_path}/slow-nv[c]c'").read().strip() == ""
+
+
+@pytest.mark.slow
+def test_honest_candidate_gives_compile_only_verdict_and_is_cached(tmp_path):
+    patient = Budget(compile_timeout_s=900)  # torch headers on a busy 2-core CI machine
+    with _pool(tmp_path) as pool:
+        verdict = pool.validate(Problem.from_source(REFERENCE), Candidate.from_source(HONEST), budget=patient)
+        assert verdict.passed and verdict.compile_only and verdict.failure is None, verdict.compiler_log[-2000:]
+        assert verdict.summary().startswith("✓ compiles")
+        again = pool.validate(Problem.from_source(REFERENCE), Candidate.from_source(HONEST), budget=patient)
+    assert again.passed and again.cached_build and again.stage_times["compile"] < 1.0
+    assert list(Path(tmp_path / "cache").rglob("*.so"))

@@ -1,0 +1,360 @@
+"""The validator's public entry points: `validate`, `Budget` and `ValidatorPool` (static checks -> compile on all CPU
+cores -> correctness and timing in one worker process per GPU)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import re
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .compile import CompileConfig, ExtensionBuilder
+from .problem import Candidate, InputError, Problem
+from .verdict import Diagnostic, TimingStats, Verdict
+from .worker import WorkerError, WorkerProcess
+
+NO_DEVICE = "not run: no CUDA device"
+
+
+@dataclass
+class Budget:
+    """Time limits and rigour of one verdict."""
+
+    compile_timeout_s: float = 180.0  # per extension build; the compiler process group is killed after it
+    call_timeout_s: float = 20.0  # per phase of the GPU checks (3x for trials that run both models)
+    total_timeout_s: float = 600.0  # whole GPU stage of one verdict
+    timing: bool = True  # measure speed after correctness (off for binary RL rewards)
+    n_correct_trials: int = 5  # at least 5 (varied input distributions)
+    timing_trials: int = 100  # timed calls per model (fewer when the median is stable)
+    min_timing_trials: int = 20
+    timing_budget_s: float = 10.0  # wall-clock cap for the timed loop
+    timing_input_sets: int = 8
+    atol: float | None = None  # None: 1e-4 for fp32, 1e-2 for fp16/bf16 (KernelBench)
+    rtol: float | None = None
+    rel_l2_tol: float | None = None  # ||out-ref|| / ||ref|| bound, same defaults
+    attribution: bool = False  # profile kernel attribution in ide policy too (always on in strict)
+    attribution_threshold: float = 0.5  # strict: share of GPU time in the candidate's own kernels
+    dtype: str | None = None  # run both models in this dtype ("float16", "bfloat16"); None = as defined
+    seed: int | None = None  # None: a fresh secret seed per verdict
+
+
+def _as_problem(problem) -> Problem:
+    if isinstance(problem, Problem):
+        return problem
+    if isinstance(problem, Path):
+        return Problem.from_file(problem)
+    if isinstance(problem, str):
+        return Problem.from_source(problem)
+    raise InputError(f"a problem must be a Problem, a source string or a pathlib.Path, not {type(problem).__name__}")
+
+
+def _as_candidate(candidate) -> Candidate:
+    if isinstance(candidate, Candidate):
+        return candidate
+    if isinstance(candidate, Path):
+        return Candidate.from_file(candidate)
+    if isinstance(candidate, str):
+        return Candidate.from_source(candidate)
+    raise InputError(f"a candidate must be a Candidate, a source string or a pathlib.Path, not "
+                     f"{type(candidate).__name__}")
+
+
+def cuda_device_count() -> int:
+    """Visible CUDA devices, without creating a CUDA context in this process."""
+    try:
+        import torch
+        return torch.cuda.device_count() if torch.version.cuda or torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+@dataclass
+class _Work:
+    """A verdict in progress."""
+
+    problem: Problem
+    candidate: Candidate
+    policy: str
+    budget: Budget
+    verdict: Verdict = field(default_factory=Verdict)
+    prebuilt: dict = field(default_factory=dict)
+    kernel_names: list[str] = field(default_factory=list)
+    needs_gpu: bool = False
+
+
+class ValidatorPool:
+    """Worker processes (one per visible GPU) plus a compile thread pool; safe to use from several threads."""
+
+    # A worker is replaced after this many verdicts (loaded extensions and allocator state pile up).
+    MAX_JOBS_PER_WORKER = 256
+
+    def __init__(self, gpus: list[int] | None = None, compile_config: CompileConfig | None = None,
+                 compile_workers: int | None = None, warm: bool = True, run_on_cpu: bool = False,
+                 workers_per_gpu: int = 1):
+        """gpus: device indices to use (default: all visible). run_on_cpu: run the correctness/timing stage on the
+        CPU in one worker (for pure-PyTorch candidates and tests on machines without a GPU). workers_per_gpu > 1
+        overlaps correctness checks of a batch (keep 1 when timing: timed runs need the GPU to themselves)."""
+        self.compile_config = compile_config or CompileConfig()
+        self.builder = ExtensionBuilder(self.compile_config)
+        self.device = "cpu" if run_on_cpu else "cuda"
+        self.gpus = [None] if run_on_cpu else list(range(cuda_device_count())) if gpus is None else list(gpus)
+        self._compile_pool = ThreadPoolExecutor(compile_workers or os.cpu_count() or 2,
+                                                thread_name_prefix="dice-compile")
+        self._idle: queue.Queue[WorkerProcess] = queue.Queue()
+        self._workers = [WorkerProcess(gpu_index=g) for g in self.gpus for _ in range(max(1, workers_per_gpu))]
+        for worker in self._workers:
+            self._idle.put(worker)
+            if warm:
+                threading.Thread(target=self._start_quietly, args=(worker,), daemon=True).start()
+        if warm and self.gpus and not run_on_cpu and self.compile_config.use_pch:
+            threading.Thread(target=self.builder.prepare_common_headers, daemon=True).start()
+        self._closed = False
+
+    @staticmethod
+    def _start_quietly(worker: WorkerProcess) -> None:
+        try:
+            if not worker.alive:
+                worker.start()
+        except WorkerError:
+            worker.kill()
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpus)
+
+    # ------------------------------------------------------------ public API
+
+    def validate(self, problem, candidate, policy: str = "ide", budget: Budget | None = None) -> Verdict:
+        return self.validate_many([(problem, candidate)], policy, budget)[0]
+
+    def validate_many(self, items, policy: str = "ide", budget: Budget | None = None) -> list[Verdict]:
+        """Verdicts for (problem, candidate) pairs, in order. Compiles run on all CPU cores while the GPUs check
+        the candidates compiled first."""
+        if policy not in ("ide", "strict"):
+            raise InputError(f"policy must be 'ide' or 'strict', not {policy!r}")
+        budget = budget or Budget()
+        works = [self._prepare(p, c, policy, budget) for p, c in items]
+        futures = [self._compile_pool.submit(self._static_and_compile, w) for w in works]
+        gpu_threads = []
+        for work, future in zip(works, futures):
+            future.result()
+            if work.needs_gpu:
+                thread = threading.Thread(target=self._gpu_stage, args=(work,), daemon=True)
+                thread.start()
+                gpu_threads.append(thread)
+        for thread in gpu_threads:
+            thread.join()
+        return [w.verdict for w in works]
+
+    def shutdown(self) -> None:
+        self._closed = True
+        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+        for worker in self._workers:
+            worker.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    # ------------------------------------------------------------ stages
+
+    def _prepare(self, problem, candidate, policy, budget) -> _Work:
+        try:
+            return _Work(_as_problem(problem), _as_candidate(candidate), policy, budget)
+        except InputError as exc:
+            work = _Work(Problem(""), Candidate(""), policy, budget)
+            work.verdict = Verdict(failure=str(exc), failure_code="bad_input")
+            return work
+
+    def _static_and_compile(self, work: _Work) -> None:
+        verdict = work.verdict
+        if verdict.failure_code == "bad_input":
+            return
+        if not self._static_stage(work):
+            return
+        self._compile_stage(work)
+
+    def _static_stage(self, work: _Work) -> bool:
+        verdict, candidate = work.verdict, work.candidate
+        start = time.monotonic()
+        try:
+            from .static_checks import check_static
+        except ImportError:
+            verdict.flags.append("static_checks_unavailable")
+            verdict.stage = "static"
+            return True
+        # The Python module and, for a .cu candidate, the .cu text itself (its lines are the file's lines).
+        sources = [(candidate.source, candidate.path), (candidate.cu_text, candidate.cu_path)]
+        errors = []
+        for source, path in sources:
+            if not source:
+                continue
+            for finding in check_static(source, work.policy, work.problem.source or None):
+                severity = "error" if finding.severity == "error" else "flag"
+                verdict.diagnostics.append(Diagnostic(finding.line, None, severity,
+                                                      f"[{finding.code}] {finding.message}", path))
+                if severity == "flag" and finding.code not in verdict.flags:
+                    verdict.flags.append(finding.code)
+                if severity == "error":
+                    errors.append((finding, path))
+        verdict.stage_times["static"] = time.monotonic() - start
+        if errors:
+            first, path = errors[0]
+            where = f" ({Path(path).name if path else 'line'} {first.line})" if first.line else ""
+            verdict.failure = f"rejected by static check '{first.code}'{where}: {first.message}"
+            verdict.failure_code = "static"
+            return False
+        verdict.stage = "static"
+        return True
+
+    def _compile_stage(self, work: _Work) -> None:
+        verdict, candidate = work.verdict, work.candidate
+        start = time.monotonic()
+        specs = candidate.static_specs
+        logs, cached = [], bool(specs)
+        for spec in specs:
+            result = self.builder.build(spec, work.budget.compile_timeout_s)
+            logs.append(result.log)
+            cached = cached and result.cached
+            verdict.diagnostics += [_relocate(d, candidate) for d in result.diagnostics]
+            if not result.ok:
+                verdict.compiler_log = "\n".join(logs)
+                verdict.stage_times["compile"] = time.monotonic() - start
+                if result.timed_out:
+                    verdict.failure_code = "timeout"
+                    verdict.failure = (f"compilation of extension '{spec.name}' did not finish within "
+                                       f"{work.budget.compile_timeout_s:.0f} s and was killed")
+                else:
+                    verdict.failure_code = "compile_error"
+                    first = next((d for d in verdict.diagnostics if d.severity == "error"), None)
+                    verdict.failure = f"extension '{spec.name}' failed to compile" + (
+                        f": line {first.line}: {first.message}" if first and first.line else
+                        f": {first.message}" if first else "; see the compiler log")
+                return
+            if result.so_path:
+                work.prebuilt[spec.content_key()] = {"module_name": result.module_name, "so_path": result.so_path}
+            for text in spec.cuda_sources:
+                work.kernel_names += re.findall(r"__global__[^(]*?\b(\w+)\s*\(", text)
+        verdict.compiler_log = "\n".join(logs)
+        verdict.cached_build = cached
+        verdict.stage_times["compile"] = time.monotonic() - start
+        if not specs and not candidate.specs_complete:
+            verdict.flags.append("extension_built_at_import")
+        if not candidate.runnable:
+            self._compile_only(verdict, "not run: no Python module builds this .cu file (add one that calls "
+                                        "torch.utils.cpp_extension.load(sources=[...]) to run it)")
+            return
+        if not self.has_gpu:
+            self._compile_only(verdict, NO_DEVICE)
+            if not candidate.specs_complete:
+                verdict.flags.append("partially_compiled")
+            return
+        verdict.stage = "compile"
+        work.needs_gpu = True
+
+    @staticmethod
+    def _compile_only(verdict: Verdict, reason: str) -> None:
+        verdict.stage = "compile"
+        verdict.passed = True
+        verdict.compile_only = True
+        verdict.details["not_run"] = reason
+
+    def _gpu_stage(self, work: _Work) -> None:
+        verdict, budget = work.verdict, work.budget
+        job = {
+            "problem_source": work.problem.source, "problem_path": work.problem.path,
+            "problem_class": work.problem.class_name, "candidate_source": work.candidate.source,
+            "candidate_path": work.candidate.path, "candidate_class": work.candidate.class_name,
+            "cu_path": work.candidate.cu_path, "cu_text": work.candidate.cu_text, "prebuilt": work.prebuilt,
+            "kernel_names": sorted(set(work.kernel_names)), "policy": work.policy, "device": self.device,
+            "budget": asdict(budget), "dtype": budget.dtype,
+            "seed": budget.seed if budget.seed is not None else secrets.randbits(48),
+            "compile_config": {**asdict(self.compile_config), "cache_dir": str(self.compile_config.cache_dir)},
+        }
+        worker = self._idle.get()
+        start = time.monotonic()
+        try:
+            result = worker.run_job(job, budget.total_timeout_s + budget.compile_timeout_s)
+        except WorkerError as exc:
+            verdict.failure_code = exc.kind
+            if exc.kind == "timeout":
+                verdict.failure = (f"the candidate did not finish '{exc.phase}' within its time limit (a hang or an "
+                                   f"infinite loop?); its worker was killed and replaced")
+            else:
+                verdict.failure = f"the candidate crashed the worker process: {exc}"
+            verdict.stage_times["gpu"] = time.monotonic() - start
+            self._replace(worker)
+            return
+        if result.get("recycle") or worker.jobs_done >= self.MAX_JOBS_PER_WORKER:
+            self._replace(worker)
+        else:
+            self._idle.put(worker)
+        _merge_result(verdict, result)
+        verdict.stage_times["gpu"] = time.monotonic() - start
+
+    def _replace(self, worker: WorkerProcess) -> None:
+        """Discard a worker (hung, crashed or with a broken CUDA context) and start a fresh one in the background."""
+        worker.kill()
+        fresh = WorkerProcess(gpu_index=worker.gpu_index)
+        self._workers[self._workers.index(worker)] = fresh
+        if not self._closed:
+            threading.Thread(target=self._start_quietly, args=(fresh,), daemon=True).start()
+        self._idle.put(fresh)
+
+
+def _relocate(diagnostic: Diagnostic, candidate: Candidate) -> Diagnostic:
+    if diagnostic.file is None and diagnostic.line is not None:
+        diagnostic.file = candidate.display_path
+    return diagnostic
+
+
+def _merge_result(verdict: Verdict, result: dict) -> None:
+    verdict.passed = bool(result.get("passed"))
+    verdict.flags += [f for f in result.get("flags", []) if f not in verdict.flags]
+    verdict.stage_times.update(result.get("stage_times", {}))
+    verdict.details.update(result.get("details", {}))
+    verdict.max_abs_error = result.get("max_abs_error", verdict.max_abs_error)
+    verdict.max_rel_error = result.get("max_rel_error", verdict.max_rel_error)
+    if verdict.passed:
+        verdict.stage = result["stage"]
+        verdict.speedup = result.get("speedup")
+        verdict.timing = {k: TimingStats(**v) for k, v in result.get("timing", {}).items()}
+        if result.get("mean_speedup") is not None:
+            verdict.details["mean_speedup"] = result["mean_speedup"]
+    else:
+        verdict.failure = result.get("failure")
+        verdict.failure_code = result.get("failure_code")
+        if result.get("compiler_log"):
+            verdict.compiler_log += result["compiler_log"]
+        verdict.diagnostics += [Diagnostic(**d) for d in result.get("diagnostics", [])]
+        if result.get("traceback"):
+            verdict.details["traceback"] = result["traceback"]
+
+
+_default_pool: ValidatorPool | None = None
+_default_pool_lock = threading.Lock()
+
+
+def default_pool() -> ValidatorPool:
+    """A process-wide pool so repeated `validate` calls reuse warm workers and the build cache."""
+    global _default_pool
+    with _default_pool_lock:
+        if _default_pool is None:
+            _default_pool = ValidatorPool()
+            atexit.register(_default_pool.shutdown)
+        return _default_pool
+
+
+def validate(problem, candidate, policy: str = "ide", budget: Budget | None = None,
+             pool: ValidatorPool | None = None) -> Verdict:
+    """Validate one candidate against one problem. Strings are source text, pathlib.Path objects are files.
+    Candidate code never runs in this process."""
+    return (pool or default_pool()).validate(problem, candidate, policy, budget)

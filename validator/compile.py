@@ -1,0 +1,658 @@
+"""Building candidate CUDA extensions: a content-addressed build cache, a fast path (kernels compiled by nvcc without
+torch headers, host glue by g++ with a precompiled torch header) and the load_inline-compatible path, hard timeouts
+that kill the whole compiler process group, and compiler messages mapped back to candidate-file lines."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import inspect
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .kernel_split import SplitError, split_host_device
+from .problem import ExtensionSpec, SourceSegment
+from .verdict import Diagnostic
+
+DEFAULT_COMPILE_TIMEOUT_S = 180.0
+# Compilers get their own process group so a timeout kills nvcc with its cicc/ptxas/gcc children. Worker processes
+# turn this off: there the compilers must stay in the worker's group and die with it when the worker is killed.
+COMPILERS_IN_OWN_GROUP = True
+CACHE_ENV = "DICE_COPILOT_CACHE"
+ARCH_ENV = "DICE_COPILOT_CUDA_ARCH"
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "dice-copilot" / "build")
+
+
+@dataclass
+class CompileConfig:
+    """How candidate extensions are built."""
+
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    # "sm_90"-style target; None = the local GPU's arch, or $DICE_COPILOT_CUDA_ARCH, or sm_90 without a GPU.
+    arch: str | None = None
+    timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
+    # "fast": split kernels from torch host glue when possible; "kernelbench": the two translation units exactly
+    # as load_inline writes them, compiled directly; "load_inline": torch's own load_inline in a subprocess.
+    mode: str = "fast"
+    # Precompile torch/extension.h once per flag set for the g++ side.
+    use_pch: bool = True
+    nvcc: str = "nvcc"
+    cxx: str = "c++"
+    # Also link the shared object (always on when it will be imported; off only for pure compile checks).
+    link: bool = True
+
+
+@dataclass
+class BuildResult:
+    """Outcome of building one extension."""
+
+    ok: bool
+    module_name: str
+    so_path: str | None
+    log: str
+    seconds: float
+    cached: bool = False
+    timed_out: bool = False
+    strategy: str = ""  # "split" | "full"
+    failed_units: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- environment facts (flags, arch, versions)
+
+def cuda_home() -> str:
+    nvcc = shutil.which("nvcc")
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    if nvcc:
+        real = Path(nvcc).resolve()
+        text = real.read_text(errors="ignore")[:200] if real.stat().st_size < 4096 else ""
+        match = re.search(r"exec\s+(\S+/bin/nvcc)", text)  # a shell wrapper pointing at the real nvcc
+        if match:
+            real = Path(match.group(1))
+        return str(real.parent.parent)
+    return "/usr/local/cuda"
+
+
+def resolve_arch(arch: str | None) -> str:
+    """The sm_XY target: explicit, env override, the local device, or sm_90."""
+    if arch:
+        return arch if arch.startswith("sm_") else "sm_" + arch.replace(".", "")
+    if os.environ.get(ARCH_ENV):
+        return resolve_arch(os.environ[ARCH_ENV])
+    return _local_arch()
+
+
+@functools.lru_cache(maxsize=1)
+def _local_arch() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        caps = out.stdout.split()
+        if out.returncode == 0 and caps:
+            return "sm_" + caps[0].replace(".", "")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "sm_90"
+
+
+@dataclass(frozen=True)
+class _TorchFlags:
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    signature: str
+
+
+@functools.lru_cache(maxsize=32)
+def torch_flags(arch: str, with_cuda: bool, extra_cflags: tuple, extra_cuda_cflags: tuple, extra_ldflags: tuple,
+                extra_include_paths: tuple) -> _TorchFlags:
+    """The exact compile/link flags the installed torch's load_inline would use (read from its ninja writer), with
+    the GPU arch narrowed to `arch` and TORCH_EXTENSION_NAME left to the caller."""
+    import torch
+    from torch.utils import cpp_extension as ce
+
+    if ce.CUDA_HOME is None:
+        ce.CUDA_HOME = cuda_home()
+    number = arch.removeprefix("sm_")
+    arch_flags = [] if any(f.startswith(("-arch", "-gencode", "--gpu-architecture")) for f in extra_cuda_cflags) \
+        else [f"-gencode=arch=compute_{number},code=sm_{number}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        ninja = Path(tmp) / "build.ninja"
+        wanted = dict(path=str(ninja), name="DICE_EXT", sources=[f"{tmp}/main.cpp", f"{tmp}/cuda.cu"],
+                      extra_cflags=list(extra_cflags), extra_cuda_cflags=list(extra_cuda_cflags) + arch_flags,
+                      extra_sycl_cflags=[], extra_ldflags=[], extra_include_paths=list(extra_include_paths),
+                      with_cuda=with_cuda, with_sycl=False, is_standalone=False)
+        params = inspect.signature(ce._write_ninja_file_to_build_library).parameters
+        ce._write_ninja_file_to_build_library(**{k: v for k, v in wanted.items() if k in params})
+        variables = dict(re.findall(r"^(\w+) = (.*)$", ninja.read_text(), flags=re.M))
+    ld_params = inspect.signature(ce._prepare_ldflags).parameters
+    ld_args = dict(extra_ldflags=list(extra_ldflags), with_cuda=with_cuda, with_sycl=False, verbose=False,
+                   is_standalone=False)
+    ldflags = ce._prepare_ldflags(**{k: v for k, v in ld_args.items() if k in ld_params})
+    ldflags = _drop_missing_libraries(ldflags)
+
+    def split(name):
+        flags = shlex.split(variables.get(name, "")) + shlex.split(variables.get("post_" + name, "")) \
+            if name == "cflags" else shlex.split(variables.get(name, "")) + shlex.split(variables.get("cuda_post_cflags", ""))
+        return tuple(f for f in flags if not f.startswith("-DTORCH_EXTENSION_NAME="))
+
+    cflags, cuda_cflags = split("cflags"), split("cuda_cflags")
+    signature = hashlib.sha256(json.dumps([torch.__version__, arch, cflags, cuda_cflags, ldflags,
+                                           _tool_version("nvcc"), _tool_version("c++")]).encode()).hexdigest()
+    return _TorchFlags(cflags, cuda_cflags, tuple(["-shared", *ldflags]), signature)
+
+
+def _drop_missing_libraries(ldflags: list[str]) -> list[str]:
+    """A CPU-only torch has no libc10_cuda/libtorch_cuda; leave those out so compile-only builds still link."""
+    dirs = [f[2:] for f in ldflags if f.startswith("-L")]
+    kept = []
+    for flag in ldflags:
+        if flag.startswith("-l") and dirs:
+            lib = flag[2:]
+            if not any(Path(d, f"lib{lib}.so").exists() or Path(d, f"lib{lib}.a").exists() for d in dirs):
+                continue
+        kept.append(flag)
+    return kept
+
+
+@functools.lru_cache(maxsize=8)
+def _tool_version(tool: str) -> str:
+    try:
+        return subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "missing"
+
+
+# ---------------------------------------------------------------- generated sources with line maps
+
+@dataclass
+class _Chunk:
+    text: str
+    origin: SourceSegment | None = None  # where the first line came from
+
+
+@dataclass
+class GeneratedFile:
+    """A generated translation unit and, per line, the candidate file/line it came from."""
+
+    path: Path
+    line_origin: list[tuple[str | None, int | None]]
+
+    @classmethod
+    def write(cls, path: Path, chunks: list[_Chunk]) -> "GeneratedFile":
+        path.write_text("\n".join(chunk.text for chunk in chunks))
+        return cls(path, _line_origins(chunks))
+
+    def origin_of(self, line: int) -> tuple[str | None, int | None]:
+        if 1 <= line <= len(self.line_origin):
+            return self.line_origin[line - 1]
+        return (None, None)
+
+
+def _line_origins(chunks: list[_Chunk]) -> list[tuple[str | None, int | None]]:
+    origins = []
+    for chunk in chunks:
+        for i in range(chunk.text.count("\n") + 1):
+            has = chunk.origin is not None and chunk.origin.file_line is not None
+            origins.append((chunk.origin.file, chunk.origin.file_line + i) if has else (None, None))
+    return origins
+
+
+def _segment_chunks(sources: list[str], segments: list[SourceSegment]) -> list[_Chunk]:
+    """One chunk per source string; line origins from the segments that make it up (when they line up)."""
+    chunks = []
+    remaining = list(segments)
+    for text in sources:
+        parts, consumed = [], ""
+        while remaining and len(consumed) < len(text) and text.startswith(consumed + remaining[0].text):
+            consumed += remaining[0].text
+            parts.append(remaining.pop(0))
+        if parts and consumed == text:
+            chunks.extend(_Chunk(p.text, p) for p in parts) if len(parts) == 1 else \
+                chunks.append(_join_segments(parts))
+        else:
+            chunks.append(_Chunk(text, None))
+    return chunks
+
+
+def _join_segments(parts: list[SourceSegment]) -> _Chunk:
+    # Concatenated pieces: keep the first piece's origin; later lines are approximate only when pieces are
+    # not line-aligned, which is rare in practice (kernels written as one string per function).
+    return _Chunk("".join(p.text for p in parts), parts[0])
+
+
+def load_inline_sources(spec: ExtensionSpec) -> tuple[list[_Chunk], list[_Chunk]]:
+    """main.cpp and cuda.cu exactly as torch's load_inline writes them, as chunks with line origins."""
+    cpp = [] if spec.no_implicit_headers else [_Chunk("#include <torch/extension.h>")]
+    cpp += _segment_chunks(spec.cpp_sources, spec.cpp_segments)
+    if spec.functions is not None:
+        functions = spec.functions if isinstance(spec.functions, dict) else {f: f for f in spec.functions}
+        cpp.append(_Chunk("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"))
+        cpp += [_Chunk(f'm.def("{n}", torch::wrap_pybind_function({n}), "{doc}");') for n, doc in functions.items()]
+        cpp.append(_Chunk("}"))
+    cuda = []
+    if spec.cuda_sources:
+        if not spec.no_implicit_headers:
+            cuda = [_Chunk("#include <torch/types.h>"), _Chunk("#include <cuda.h>"), _Chunk("#include <cuda_runtime.h>")]
+        cuda += _segment_chunks(spec.cuda_sources, spec.cuda_segments)
+    return cpp, cuda
+
+
+# ---------------------------------------------------------------- running compilers with a hard deadline
+
+class CompileTimeout(Exception):
+    pass
+
+
+def run_with_deadline(cmd: list[str], deadline: float, cwd: Path) -> tuple[int, str]:
+    """Run a compiler in its own process group; on deadline kill the whole group (nvcc spawns cicc/ptxas/gcc)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise CompileTimeout()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=COMPILERS_IN_OWN_GROUP)
+    try:
+        out, _ = proc.communicate(timeout=remaining)
+    except subprocess.TimeoutExpired:
+        _kill_compiler(proc)
+        proc.communicate()
+        raise CompileTimeout() from None
+    return proc.returncode, out
+
+
+def run_parallel(commands: list[list[str]], deadline: float, cwd: Path) -> list[tuple[int, str]]:
+    """Run compilers side by side; when one fails the others are stopped (the verdict is already decided), and
+    everything is killed at the deadline."""
+    procs = [subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", start_new_session=COMPILERS_IN_OWN_GROUP) for cmd in commands]
+    outputs: list[str | None] = [None] * len(procs)
+    readers = [threading.Thread(target=_drain, args=(p, outputs, i), daemon=True) for i, p in enumerate(procs)]
+    for reader in readers:
+        reader.start()
+    failed = timed_out = False
+    while [p.poll() for p in procs].count(None):  # poll every process (any() would stop at the first)
+        if time.monotonic() > deadline:
+            timed_out = True
+            break
+        if any(p.returncode not in (None, 0) for p in procs):
+            failed = True
+            break
+        time.sleep(0.02)
+    for p in procs:
+        if p.poll() is None:
+            _kill_compiler(p)
+            p.wait()
+    for reader in readers:
+        reader.join()
+    if timed_out:
+        raise CompileTimeout()
+    results = []
+    for p, out in zip(procs, outputs):
+        stopped = failed and p.returncode == -signal.SIGKILL
+        results.append((p.returncode, (out or "") + ("\n[stopped: another unit failed]" if stopped else "")))
+    return results
+
+
+def _kill_compiler(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        if COMPILERS_IN_OWN_GROUP:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+
+
+def _drain(proc: subprocess.Popen, outputs: list, index: int) -> None:
+    outputs[index] = proc.stdout.read()
+    proc.stdout.close()
+
+
+# ---------------------------------------------------------------- compiler message -> candidate line
+
+_GCC_MSG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?P<sev>fatal error|error|warning|note):\s*(?P<msg>.*)$")
+_NVCC_MSG = re.compile(r"^(?P<file>[^(\n]+)\((?P<line>\d+)\):\s*(?P<sev>error|warning|catastrophic error)[^:]*:\s*(?P<msg>.*)$")
+
+
+def map_diagnostics(log: str, files: list[GeneratedFile]) -> list[Diagnostic]:
+    """Parse gcc/nvcc messages; those in generated files are mapped to candidate lines, others (errors in headers
+    or the linker) are kept without a line."""
+    by_name = {}
+    for f in files:
+        by_name[str(f.path)] = f
+        by_name[f.path.name] = f
+    diagnostics, seen = [], set()
+    for raw in log.splitlines():
+        match = _GCC_MSG.match(raw.strip()) or _NVCC_MSG.match(raw.strip())
+        if match:
+            severity = "error" if "error" in match.group("sev") else match.group("sev")
+            generated = by_name.get(match.group("file")) or by_name.get(Path(match.group("file")).name)
+            if generated is None:
+                if severity != "error":
+                    continue
+                file, line, column = match.group("file"), None, None
+            else:
+                file, line = generated.origin_of(int(match.group("line")))
+                col = match.groupdict().get("col")
+                column = int(col) if col else None
+            key = (file, line, match.group("msg"))
+            if key not in seen:
+                seen.add(key)
+                diagnostics.append(Diagnostic(line, column, severity, match.group("msg").strip(), file))
+        elif re.search(r"undefined reference to|ld returned|collect2: error", raw):
+            diagnostics.append(Diagnostic(None, None, "error", raw.strip(), None))
+    return diagnostics
+
+
+# ---------------------------------------------------------------- the builder
+
+class ExtensionBuilder:
+    """Builds ExtensionSpecs into importable shared objects under the content-addressed cache."""
+
+    def __init__(self, config: CompileConfig | None = None):
+        self.config = config or CompileConfig()
+        self.arch = resolve_arch(self.config.arch)
+        self._pch_lock = threading.Lock()
+        self._pch_building: set[Path] = set()
+
+    def cache_key(self, spec: ExtensionSpec) -> str:
+        flags = self._flags(spec)
+        c = self.config
+        return hashlib.sha256("\0".join([spec.content_key(), flags.signature, c.mode, str(c.use_pch), c.nvcc,
+                                         c.cxx, str(c.link)]).encode()).hexdigest()
+
+    def _flags(self, spec: ExtensionSpec) -> _TorchFlags:
+        return torch_flags(self.arch, spec.uses_cuda, tuple(spec.extra_cflags), tuple(spec.extra_cuda_cflags),
+                           tuple(spec.extra_ldflags), tuple(spec.extra_include_paths))
+
+    def build(self, spec: ExtensionSpec, timeout_s: float | None = None) -> BuildResult:
+        start = time.monotonic()
+        limit = timeout_s or self.config.timeout_s
+        deadline = start + limit
+        key = self.cache_key(spec)
+        build_dir = Path(self.config.cache_dir) / key[:2] / key
+        build_dir.mkdir(parents=True, exist_ok=True)
+        result_file = build_dir / "result.json"
+        with _file_lock(build_dir / ".lock"):
+            if result_file.exists():
+                stored = json.loads(result_file.read_text())
+                stored.update(cached=True, seconds=time.monotonic() - start)
+                stored["diagnostics"] = [Diagnostic(**d) for d in stored["diagnostics"]]
+                return BuildResult(**stored)
+            try:
+                result = self._build_uncached(spec, build_dir, deadline)
+            except CompileTimeout:
+                return BuildResult(False, "", None, f"compilation exceeded the {limit:.0f} s limit and was killed",
+                                   time.monotonic() - start, timed_out=True,
+                                   diagnostics=[Diagnostic(None, None, "error", f"compile timeout after {limit:.0f} s")])
+            result.seconds = time.monotonic() - start
+            # Timeouts are not cached (they depend on machine load); successes and real errors are.
+            result_file.write_text(json.dumps(result.to_dict()))
+            return result
+
+    def _build_uncached(self, spec: ExtensionSpec, build_dir: Path, deadline: float) -> BuildResult:
+        if self.config.mode == "load_inline" and not spec.source_paths:
+            result = kernelbench_load_inline(spec, build_dir, self.arch, max(1.0, deadline - time.monotonic()))
+            if result.timed_out:
+                raise CompileTimeout()
+            cpp, cuda = load_inline_sources(spec)
+            files = [GeneratedFile(build_dir / "main.cpp", _line_origins(cpp)),
+                     GeneratedFile(build_dir / "cuda.cu", _line_origins(cuda))]
+            result.diagnostics = map_diagnostics(result.log, files) if not result.ok else []
+            return result
+        flags = self._flags(spec)
+        cpp_chunks, cuda_chunks = self._sources(spec)
+        # The module name follows the pybind glue only, so the glue's object file is shared by every candidate
+        # with the same declarations (typical for samples of one problem and for kernel-body infills).
+        glue_hash = hashlib.sha256(("\n".join(c.text for c in cpp_chunks) + flags.signature).encode()).hexdigest()
+        module_name = f"dice_{glue_hash[:24]}"
+        so_path = build_dir / f"{module_name}.so"
+        define = f"-DTORCH_EXTENSION_NAME={module_name}"
+        use_pch = self.config.use_pch and not spec.no_implicit_headers
+        log_prefix = ""
+        if self.config.mode == "fast" and cuda_chunks and not spec.no_implicit_headers and not spec.source_paths:
+            try:
+                host_chunks, device_chunks = split_host_device(cuda_chunks[3:])
+            except SplitError as why:
+                log_prefix = f"[fast path not used: {why}]\n"
+            else:
+                host_chunks = [_Chunk("#include <torch/extension.h>")] + host_chunks
+                units = [("main.cpp", cpp_chunks, "cxx"), ("host.cpp", host_chunks, "cxx"),
+                         ("kernels.cu", device_chunks, "nvcc-lite")]
+                result = self._compile_and_link(module_name, build_dir, so_path, deadline, flags, define, use_pch,
+                                                units, strategy="split")
+                if result.ok or _kernel_error_is_final(result):
+                    return result
+                log_prefix = "[fast path failed; result below is from the load_inline layout]\n"
+        units = [("main.cpp", cpp_chunks, "cxx")] + ([("cuda.cu", cuda_chunks, "nvcc")] if cuda_chunks else [])
+        result = self._compile_and_link(module_name, build_dir, so_path, deadline, flags, define, use_pch, units,
+                                        strategy="full")
+        result.log = log_prefix + result.log
+        return result
+
+    def _sources(self, spec: ExtensionSpec) -> tuple[list[_Chunk], list[_Chunk]]:
+        if not spec.source_paths:
+            return load_inline_sources(spec)
+        # load(sources=[...]): each file's text as is; their folders go on the include path.
+        return _segment_chunks(spec.cpp_sources, spec.cpp_segments), _segment_chunks(spec.cuda_sources,
+                                                                                      spec.cuda_segments)
+
+    def _compile_and_link(self, module_name, build_dir, so_path, deadline, flags, define, use_pch, units,
+                          strategy) -> BuildResult:
+        files, pending, objects = [], [], []
+        include_dirs = sorted({str(Path(p).parent) for p in self._source_paths_of(units)})
+        extra_inc = [f"-I{d}" for d in include_dirs]
+        for name, chunks, tool in units:
+            if not any(c.text.strip() for c in chunks):
+                continue  # e.g. the empty main.cpp of a bare .cu file
+            generated = GeneratedFile.write(build_dir / name, chunks)
+            files.append(generated)
+            obj = build_dir / (name + ".o")
+            objects.append(str(obj))
+            if tool == "cxx":
+                pch = self._pch_flags(flags, _leading_pch_headers(generated.path.read_text())) if use_pch else []
+                cmd = [self.config.cxx, *flags.cflags, define, *extra_inc, *pch, "-c", name, "-o", obj.name]
+            elif tool == "nvcc":
+                cmd = [self.config.nvcc, *flags.cuda_cflags, define, *extra_inc, "-c", name, "-o", obj.name]
+            else:  # kernels without torch: only CUDA include paths and the arch/codegen flags
+                cmd = [self.config.nvcc, *_lite_nvcc_flags(flags.cuda_cflags), *extra_inc, "-c", name, "-o", obj.name]
+            cached_obj = self._object_cache_path(cmd, generated.path.read_bytes())
+            if cached_obj.exists():
+                shutil.copyfile(cached_obj, obj)
+            else:
+                pending.append((cmd, obj, cached_obj))
+        outcomes = run_parallel([cmd for cmd, _, _ in pending], deadline, build_dir) if pending else []
+        log = "\n".join(f"$ {shlex.join(map(str, c))}\n{out}" for (c, _, _), (_, out) in zip(pending, outcomes))
+        for (_, obj, cached_obj), (rc, _) in zip(pending, outcomes):
+            if rc == 0:
+                cached_obj.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cached_obj.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
+                shutil.copyfile(obj, tmp)
+                tmp.replace(cached_obj)
+        ok = all(rc == 0 for rc, _ in outcomes)
+        failed_units = [Path(c[-3]).name for (c, _, _), (rc, out) in zip(pending, outcomes)
+                        if rc != 0 and not out.endswith("[stopped: another unit failed]")]
+        if ok and self.config.link:
+            link = [self.config.cxx, *objects, *flags.ldflags, "-o", so_path.name]
+            rc, out = run_with_deadline(link, deadline, build_dir)
+            log += f"\n$ {shlex.join(link)}\n{out}"
+            ok = rc == 0
+        diagnostics = map_diagnostics(log, files) if not ok or "warning" in log else []
+        return BuildResult(ok, module_name, str(so_path) if ok and self.config.link else None, log, 0.0,
+                           strategy=strategy, diagnostics=diagnostics, failed_units=failed_units)
+
+    def _object_cache_path(self, cmd: list[str], text: bytes) -> Path:
+        key = hashlib.sha256(json.dumps([str(c) for c in cmd]).encode() + b"\0" + text).hexdigest()
+        return Path(self.config.cache_dir) / "obj" / key[:2] / f"{key}.o"
+
+    @staticmethod
+    def _source_paths_of(units) -> list[str]:
+        return [c.origin.file for _, chunks, _ in units for c in chunks
+                if c.origin is not None and c.origin.file and c.origin.file.endswith((".cu", ".cuh", ".cpp", ".h"))]
+
+    def _pch_flags(self, flags: _TorchFlags, extra_headers: tuple[str, ...]) -> list[str]:
+        """Flags that make g++ use a precompiled torch/extension.h (plus the CUDA headers the unit includes before
+        any code). A missing header is built in the background; until then units compile without it, so the
+        first verdict never waits for it."""
+        pch_dir = self._pch_dir(flags, extra_headers)
+        if (pch_dir / "dice_torch_pch.h.gch").exists():
+            return ["-I", str(pch_dir), "-include", "dice_torch_pch.h", "-Winvalid-pch"]
+        with self._pch_lock:
+            if pch_dir not in self._pch_building and not (pch_dir / "failed").exists():
+                self._pch_building.add(pch_dir)
+                threading.Thread(target=self.build_pch, args=(flags, extra_headers), daemon=True).start()
+        return []
+
+    def _pch_dir(self, flags: _TorchFlags, extra_headers: tuple[str, ...]) -> Path:
+        suffix = hashlib.sha256("|".join(extra_headers).encode()).hexdigest()[:8] if extra_headers else "base"
+        return Path(self.config.cache_dir) / "pch" / f"{flags.signature[:32]}-{suffix}"
+
+    def prepare_common_headers(self) -> list[bool]:
+        """Precompile the torch headers most candidates start with (a one-time cost per machine and torch)."""
+        flags = torch_flags(self.arch, True, (), (), (), ())
+        return [self.build_pch(flags, headers) for headers in
+                ((), ("c10/cuda/CUDAStream.h", "cuda_runtime.h"), ("ATen/cuda/CUDAContext.h", "cuda_runtime.h"))]
+
+    def build_pch(self, flags: _TorchFlags | None = None, extra_headers: tuple[str, ...] = ()) -> bool:
+        """Build one precompiled header now (idempotent; safe across processes). Returns True when usable."""
+        flags = flags or torch_flags(self.arch, True, (), (), (), ())
+        pch_dir = self._pch_dir(flags, extra_headers)
+        gch = pch_dir / "dice_torch_pch.h.gch"
+        pch_dir.mkdir(parents=True, exist_ok=True)
+        with _file_lock(pch_dir / ".lock"):
+            if gch.exists():
+                return True
+            header = pch_dir / "dice_torch_pch.h"
+            header.write_text("".join(f"#include <{h}>\n" for h in ("torch/extension.h", *extra_headers)))
+            tmp = pch_dir / f"tmp{os.getpid()}.{threading.get_ident()}.gch"
+            compile_cmd = shlex.join([self.config.cxx, *flags.cflags, "-x", "c++-header", str(header), "-o", str(tmp)])
+            # The rename happens in the shell, so a header whose builder process exits early still lands.
+            script = f"{compile_cmd} > {shlex.quote(str(tmp))}.log 2>&1 && mv {shlex.quote(str(tmp))} " \
+                     f"{shlex.quote(str(gch))} || mv {shlex.quote(str(tmp))}.log {shlex.quote(str(pch_dir / 'failed'))}"
+            try:
+                run_with_deadline(["sh", "-c", script], time.monotonic() + 600, pch_dir)
+            except CompileTimeout:
+                return False
+            return gch.exists()
+
+
+def _kernel_error_is_final(result: BuildResult) -> bool:
+    """A split build that failed only in the torch-free kernels file holds the user's device code verbatim, so
+    its errors are the candidate's own; errors about unknown names could come from the split and are rechecked
+    in the load_inline layout, as are host-side failures."""
+    if result.failed_units != ["kernels.cu"]:
+        return False
+    errors = [d for d in result.diagnostics if d.severity == "error"]
+    if not any(d.line is not None for d in errors):
+        return False
+    return not any(re.search(r"is undefined|was not declared|not a template|incomplete type", d.message)
+                   for d in errors)
+
+
+# CUDA-side torch headers worth precompiling along with torch/extension.h when a unit includes them up front.
+PCH_EXTRA_HEADERS = ("ATen/cuda/CUDAContext.h", "c10/cuda/CUDAStream.h", "c10/cuda/CUDAGuard.h", "cuda_runtime.h")
+
+
+def _leading_pch_headers(text: str) -> tuple[str, ...]:
+    """The PCH_EXTRA_HEADERS a unit includes before its first line of code (so precompiling them together with
+    torch/extension.h cannot change what the unit means), in a canonical order."""
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    found = set()
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//"):
+            continue
+        if not stripped.startswith("#"):
+            break
+        match = re.match(r"#\s*include\s*[<\"]([^>\"]+)[>\"]", stripped)
+        if match and match.group(1) in PCH_EXTRA_HEADERS:
+            found.add(match.group(1))
+    return tuple(h for h in PCH_EXTRA_HEADERS if h in found)
+
+
+def _lite_nvcc_flags(cuda_cflags: tuple[str, ...]) -> list[str]:
+    """nvcc flags for a torch-free kernels file: arch, macros and the CUDA include dir; no torch/Python includes."""
+    kept, skip_next = [], False
+    for i, f in enumerate(cuda_cflags):
+        if skip_next:
+            skip_next = False
+            continue
+        if f == "-isystem":
+            path = cuda_cflags[i + 1]
+            skip_next = True
+            if "torch" in path or "python" in path.lower():
+                continue
+            kept += [f, path]
+        elif f.startswith("-DTORCH") or f.startswith("-DPYBIND11"):
+            continue
+        else:
+            kept.append(f)
+    return kept
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_many(builder: ExtensionBuilder, specs: list[ExtensionSpec], max_workers: int | None = None,
+               timeout_s: float | None = None) -> list[BuildResult]:
+    """Build several extensions at once (each build runs its compilers as subprocesses)."""
+    workers = max(1, min(len(specs), max_workers or os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as ex:
+        return list(ex.map(lambda s: builder.build(s, timeout_s), specs))
+
+
+def kernelbench_load_inline(spec: ExtensionSpec, build_dir: Path, arch: str, timeout_s: float) -> BuildResult:
+    """Reference path for parity: plain torch load_inline in a subprocess (as KernelBench compiles)."""
+    start = time.monotonic()
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    kwargs = dict(name=spec.name, cpp_sources=spec.cpp_sources, cuda_sources=spec.cuda_sources or None,
+                  functions=spec.functions, extra_cflags=spec.extra_cflags, extra_cuda_cflags=spec.extra_cuda_cflags,
+                  extra_ldflags=spec.extra_ldflags, extra_include_paths=spec.extra_include_paths,
+                  build_directory=str(build_dir), verbose=True)
+    script = ("import json,sys\nfrom torch.utils.cpp_extension import load_inline\n"
+              "kw=json.loads(sys.stdin.read())\nm=load_inline(**kw)\nprint('DICE_OK', m.__file__)\n")
+    env = dict(os.environ, TORCH_CUDA_ARCH_LIST=arch.removeprefix("sm_")[:-1] + "." + arch[-1],
+               CUDA_HOME=os.environ.get("CUDA_HOME", cuda_home()))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    try:
+        out, _ = proc.communicate(json.dumps(kwargs), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return BuildResult(False, spec.name, None, "timeout", time.monotonic() - start, timed_out=True,
+                           strategy="kernelbench")
+    match = re.search(r"DICE_OK (\S+)", out)
+    return BuildResult(proc.returncode == 0 and match is not None, spec.name, match.group(1) if match else None,
+                       out, time.monotonic() - start, strategy="kernelbench")
+
+

@@ -1,0 +1,744 @@
+"""The trusted harness inside a worker process: imports the reference and the candidate, checks correctness
+(spec §5.3) and times both (spec §5.4). Started by worker.py as `python -m dice_copilot.validator.harness`."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.machinery
+import importlib.util
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+import types
+
+from .worker import FDS_ENV, SECRET_ENV, read_message, write_message
+
+# Read and remove the secret before anything else can see it; per-job seeds are derived from it.
+_SECRET = os.environ.pop(SECRET_ENV, "") or os.urandom(16).hex()
+
+import torch  # noqa: E402  (after the secret is gone from the environment)
+from torch.utils import _pytree as pytree  # noqa: E402
+
+from .compile import CompileConfig, ExtensionBuilder  # noqa: E402
+from .problem import ExtensionSpec  # noqa: E402
+
+# Trusted references captured before any candidate code runs; re-checked after every job (monkey-patching defence).
+_TRUSTED = {
+    "torch.allclose": torch.allclose,
+    "torch.equal": torch.equal,
+    "torch.cuda.synchronize": torch.cuda.synchronize,
+    "torch.cuda.Event": torch.cuda.Event,
+    "torch.cuda.Event.record": torch.cuda.Event.record,
+    "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+    "time.perf_counter": time.perf_counter,
+    "torch.Tensor.clone": torch.Tensor.clone,
+    "torch.Tensor.__eq__": torch.Tensor.__eq__,
+}
+
+
+def _trusted_now() -> dict:
+    return {
+        "torch.allclose": torch.allclose, "torch.equal": torch.equal,
+        "torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.Event.record": torch.cuda.Event.record,
+        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+        "time.perf_counter": time.perf_counter, "torch.Tensor.clone": torch.Tensor.clone,
+        "torch.Tensor.__eq__": torch.Tensor.__eq__,
+    }
+
+
+# The device jobs run on: "cuda" normally; "cpu" runs pure-PyTorch candidates (tests, GPU-less debugging).
+_DEVICE = "cuda"
+
+
+def _on_gpu() -> bool:
+    return _DEVICE == "cuda"
+
+
+def _sync() -> None:
+    if _on_gpu():
+        torch.cuda.synchronize()
+
+
+def _tampered() -> list[str]:
+    now = _trusted_now()
+    return [name for name, fn in _TRUSTED.items() if now[name] is not fn]
+
+
+class CandidateFailure(Exception):
+    """The candidate failed a check; `code` is the Verdict.failure_code."""
+
+    def __init__(self, code: str, message: str, **details):
+        super().__init__(message)
+        self.code = code
+        self.details = details
+
+
+class Channel:
+    def __init__(self, read_fd: int, write_fd: int):
+        self.read_fd, self.write_fd = read_fd, write_fd
+
+    def phase(self, name: str, budget_s: float) -> None:
+        write_message(self.write_fd, {"event": "phase", "phase": name, "budget_s": budget_s})
+
+    def send(self, obj) -> None:
+        write_message(self.write_fd, obj)
+
+
+# ---------------------------------------------------------------- loading code
+
+_loaded_counter = 0
+
+
+def _exec_module(source: str, filename: str, prefix: str) -> types.ModuleType:
+    global _loaded_counter
+    _loaded_counter += 1
+    module = types.ModuleType(f"{prefix}_{_loaded_counter}")
+    module.__file__ = filename
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(source, filename, "exec"), module.__dict__)
+    finally:
+        sys.modules.pop(module.__name__, None)
+    return module
+
+
+class ExtensionLoader:
+    """Replaces torch's load_inline/load while the candidate imports: prebuilt objects are imported directly;
+    anything the caller could not resolve statically is built here with the same builder (same cache)."""
+
+    def __init__(self, job: dict, channel: Channel):
+        self.prebuilt = job.get("prebuilt", {})
+        self.config = CompileConfig(**job["compile_config"])
+        self.compile_timeout_s = job["budget"]["compile_timeout_s"]
+        self.cu_path, self.cu_text = job.get("cu_path"), job.get("cu_text")
+        self.channel = channel
+        self.kernel_names: set[str] = set()
+        self.built_here: list[dict] = []
+
+    def _read(self, path: str) -> str:
+        if self.cu_path and os.path.abspath(path) == self.cu_path:
+            return self.cu_text
+        with open(path) as handle:
+            return handle.read()
+
+    def load_inline(self, name, cpp_sources, cuda_sources=None, *args, **kwargs):
+        kwargs.update(name=name, cpp_sources=cpp_sources, cuda_sources=cuda_sources)
+        if self.cu_path and self.cu_text is not None and os.path.exists(self.cu_path):
+            disk = open(self.cu_path).read()
+            sources = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
+            kwargs["cuda_sources"] = [self.cu_text if s == disk else s for s in sources]
+        return self._import(ExtensionSpec.from_call_kwargs("load_inline", kwargs))
+
+    def load(self, name, sources, *args, **kwargs):
+        kwargs.update(name=name, sources=[os.path.abspath(s) for s in ([sources] if isinstance(sources, str)
+                                                                       else sources)])
+        return self._import(ExtensionSpec.from_call_kwargs("load", kwargs, read_file=self._read))
+
+    def _import(self, spec: ExtensionSpec):
+        import re
+        for text in spec.cuda_sources:
+            self.kernel_names.update(re.findall(r"__global__[^(]*?\b(\w+)\s*\(", text))
+        entry = self.prebuilt.get(spec.content_key())
+        if entry is None:
+            self.channel.phase("compile", self.compile_timeout_s + 5)
+            result = ExtensionBuilder(self.config).build(spec, self.compile_timeout_s)
+            self.built_here.append({"ok": result.ok, "seconds": result.seconds, "cached": result.cached})
+            if not result.ok:
+                raise CandidateFailure("compile_error", "the extension built at import time failed to compile",
+                                       compiler_log=result.log,
+                                       diagnostics=[d.__dict__ for d in result.diagnostics])
+            entry = {"module_name": result.module_name, "so_path": result.so_path}
+        loader = importlib.machinery.ExtensionFileLoader(entry["module_name"], entry["so_path"])
+        module_spec = importlib.util.spec_from_file_location(entry["module_name"], entry["so_path"], loader=loader)
+        module = importlib.util.module_from_spec(module_spec)
+        loader.exec_module(module)
+        return module
+
+
+@contextlib.contextmanager
+def _patched_extension_loading(loader: ExtensionLoader):
+    from torch.utils import cpp_extension
+    saved = cpp_extension.load_inline, cpp_extension.load
+    cpp_extension.load_inline, cpp_extension.load = loader.load_inline, loader.load
+    try:
+        yield
+    finally:
+        cpp_extension.load_inline, cpp_extension.load = saved
+
+
+# ---------------------------------------------------------------- inputs
+
+FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _seed_for(job_seed: int, *parts) -> int:
+    digest = hashlib.sha256(f"{_SECRET}:{job_seed}:{parts}".encode()).digest()
+    return int.from_bytes(digest[:6], "little")
+
+
+def generate_inputs(module, seed: int, variant: str, dtype: torch.dtype | None) -> list:
+    """get_inputs() evaluated directly on the GPU with a seeded generator, then reshaped to the variant's
+    distribution: base (the problem's), signed normal, scaled x1e2 / x1e-2, heavy-tailed (Pareto)."""
+    torch.manual_seed(seed)
+    with torch.device(_DEVICE):
+        inputs = list(module.get_inputs())
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            x = x.to(_DEVICE)
+            if dtype is not None and x.is_floating_point():
+                x = x.to(dtype)
+            if x.is_floating_point():
+                x = _apply_variant(x, variant)
+        out.append(x)
+    return out
+
+
+def _apply_variant(x: torch.Tensor, variant: str) -> torch.Tensor:
+    if variant == "base" or x.numel() == 0:
+        return x
+    if variant == "signed_normal":
+        return torch.randn_like(x)
+    if variant == "scaled_up":
+        return x * 100.0
+    if variant == "scaled_down":
+        return x * 0.01
+    if variant == "heavy_tailed":
+        u = torch.rand_like(x, dtype=torch.float32).clamp_(min=1e-6)
+        sign = torch.where(torch.rand_like(u) < 0.5, -1.0, 1.0)
+        return (sign * (u.pow(-1.0 / 3.0) - 1.0)).to(x.dtype)
+    raise ValueError(variant)
+
+
+VARIANTS = ["base", "signed_normal", "heavy_tailed", "scaled_up", "scaled_down", "base"]
+
+
+def _clone(inputs: list) -> list:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool((a == b).all())
+
+
+def _poison_allocator(nbytes: int) -> None:
+    """Fill soon-to-be-reused caching-allocator blocks with NaN so `torch::empty` outputs cannot inherit results."""
+    if not _on_gpu():
+        return
+    free, _ = torch.cuda.mem_get_info()
+    nbytes = int(min(nbytes, free * 0.25))
+    if nbytes >= 4:
+        block = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
+        block.fill_(float("nan"))
+        del block
+
+
+def _tensor_bytes(values) -> int:
+    return sum(t.numel() * t.element_size() for t in pytree.tree_leaves(values) if isinstance(t, torch.Tensor))
+
+
+# ---------------------------------------------------------------- output comparison
+
+def tolerances(dtype: torch.dtype, budget: dict) -> tuple[float, float, float]:
+    half = dtype in (torch.float16, torch.bfloat16)
+    atol = budget.get("atol") or (1e-2 if half else 1e-4)
+    rtol = budget.get("rtol") or (1e-2 if half else 1e-4)
+    rel_l2 = budget.get("rel_l2_tol") or (1e-2 if half else 1e-4)
+    return atol, rtol, rel_l2
+
+
+def compare_outputs(out, ref, inputs: list, budget: dict, label: str, relax_atol: bool = False
+                    ) -> tuple[list[float], list[float]]:
+    """All §5.3.5 checks; raises CandidateFailure on the first violation, returns per-output max abs/rel errors.
+
+    relax_atol (the extra scaled/heavy-tailed trials, beyond KernelBench's): atol grows with the reference's RMS so
+    an honest kernel that only sums in another order passes; the relative-L2 bound still applies unchanged."""
+    out_leaves, out_spec = pytree.tree_flatten(out)
+    ref_leaves, ref_spec = pytree.tree_flatten(ref)
+    if out_spec != ref_spec:
+        raise CandidateFailure("incorrect", f"{label}: output structure {out_spec} differs from the reference's "
+                                            f"{ref_spec}")
+    input_ranges = [_storage_range(x) for x in inputs if isinstance(x, torch.Tensor) and x.numel()]
+    abs_errors, rel_errors = [], []
+    for i, (o, r) in enumerate(zip(out_leaves, ref_leaves)):
+        name = f"{label}, output {i}"
+        if not isinstance(r, torch.Tensor):
+            if isinstance(o, torch.Tensor) or (o != r and not (isinstance(r, float) and math.isclose(o, r, rel_tol=1e-4))):
+                raise CandidateFailure("incorrect", f"{name}: got {o!r}, expected {r!r}")
+            continue
+        if type(o) is not torch.Tensor:
+            raise CandidateFailure("cheat", f"{name}: returned a {type(o).__name__}, not a plain torch.Tensor")
+        if o.shape != r.shape:
+            raise CandidateFailure("incorrect", f"{name}: shape {tuple(o.shape)}, expected {tuple(r.shape)}")
+        if o.dtype != r.dtype:
+            raise CandidateFailure("incorrect", f"{name}: dtype {o.dtype}, expected {r.dtype}")
+        if o.device != r.device:
+            raise CandidateFailure("incorrect", f"{name}: on {o.device}, expected {r.device}")
+        if o.numel() and any(_overlaps(_storage_range(o), rng) for rng in input_ranges):
+            raise CandidateFailure("incorrect", f"{name}: the output shares memory with an input; return a new "
+                                                f"tensor")
+        if not o.is_floating_point() and not o.is_complex():
+            if not torch.equal(o, r):
+                raise CandidateFailure("incorrect", f"{name}: integer/bool values differ from the reference")
+            abs_errors.append(0.0)
+            rel_errors.append(0.0)
+            continue
+        atol, rtol, rel_l2_tol = tolerances(r.dtype, budget)
+        if relax_atol:
+            atol *= max(1.0, float(r[torch.isfinite(r)].double().pow(2).mean().sqrt())) if r.numel() else 1.0
+        finite_o, finite_r = torch.isfinite(o), torch.isfinite(r)
+        if not torch.equal(finite_o, finite_r):
+            bad = int((finite_o != finite_r).sum())
+            raise CandidateFailure("incorrect", f"{name}: {bad} elements are NaN/inf where the reference is not (or "
+                                                f"the other way round)")
+        of, rf = o.double()[finite_r], r.double()[finite_r]
+        diff = (of - rf).abs()
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        max_rel = float((diff / rf.abs().clamp_min(atol)).max()) if diff.numel() else 0.0
+        rel_l2 = float(diff.norm() / rf.norm().clamp_min(1e-30)) if diff.numel() else 0.0
+        abs_errors.append(max_abs)
+        rel_errors.append(max_rel)
+        if not torch.allclose(o[finite_r], r[finite_r], atol=atol, rtol=rtol) or \
+                not _same_values(o[~finite_r], r[~finite_r]):
+            raise CandidateFailure("incorrect", f"{name}: max abs error {max_abs:.3g} exceeds atol={atol:g}/rtol="
+                                                f"{rtol:g}", max_abs_error=[max_abs], max_rel_error=[max_rel])
+        if rel_l2 > rel_l2_tol and rf.norm() > 0:
+            raise CandidateFailure("incorrect", f"{name}: relative L2 error {rel_l2:.3g} exceeds {rel_l2_tol:g} "
+                                                f"(outputs are small; a near-constant answer is not enough)",
+                                   max_abs_error=[max_abs], max_rel_error=[max_rel])
+    return abs_errors, rel_errors
+
+
+def _storage_range(t: torch.Tensor) -> tuple[int, int]:
+    start = t.untyped_storage().data_ptr()
+    return start, start + t.untyped_storage().nbytes()
+
+
+def _overlaps(a, b) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _checker_accepts(candidate, ref, budget) -> bool:
+    try:
+        compare_outputs(candidate, ref, [], budget, "probe")
+        return True
+    except CandidateFailure:
+        return False
+
+
+# ---------------------------------------------------------------- the job
+
+class Job:
+    def __init__(self, msg: dict, channel: Channel):
+        self.msg = msg
+        self.channel = channel
+        self.budget = msg["budget"]
+        self.policy = msg.get("policy", "ide")
+        self.seed = int(msg.get("seed") or 0)
+        self.flags: list[str] = []
+        self.stage_times: dict[str, float] = {}
+        self.details: dict = {}
+        self.max_abs: list[float] = []
+        self.max_rel: list[float] = []
+        self.dtype = getattr(torch, msg["dtype"]) if msg.get("dtype") else None
+
+    def run(self) -> dict:
+        call_timeout = self.budget["call_timeout_s"]
+        t0 = time.monotonic()
+        self.channel.phase("load_reference", call_timeout * 3)
+        reference_module = _exec_module(self.msg["problem_source"], self.msg.get("problem_path") or "<reference>",
+                                        "dice_reference")
+        init_inputs = list(reference_module.get_init_inputs()) if hasattr(reference_module, "get_init_inputs") else []
+        loader = self.loader = ExtensionLoader(self.msg, self.channel)
+        self.channel.phase("import_candidate", call_timeout * 3)
+        threads_before = threading.active_count()
+        try:
+            with _patched_extension_loading(loader):
+                candidate_module = _exec_module(self.msg["candidate_source"],
+                                                self.msg.get("candidate_path") or "<candidate>", "dice_candidate")
+        except CandidateFailure:
+            raise
+        except Exception as exc:
+            raise CandidateFailure("runtime_error", f"importing the candidate raised {_describe(exc)}") from exc
+        self.stage_times["import"] = time.monotonic() - t0
+        if loader.built_here:
+            self.details["built_in_worker"] = loader.built_here
+        model_class = getattr(candidate_module, self.msg.get("candidate_class", "ModelNew"), None)
+        if model_class is None:
+            raise CandidateFailure("runtime_error", f"the candidate defines no class "
+                                                    f"'{self.msg.get('candidate_class', 'ModelNew')}'")
+        reference_class = getattr(reference_module, self.msg.get("problem_class", "Model"))
+
+        t1 = time.monotonic()
+        self.channel.phase("construct", call_timeout * 3)
+        reference, candidate = self._construct(reference_class, model_class, init_inputs)
+        self._check_correctness(reference_module, reference, candidate, call_timeout)
+        if (self.policy == "strict" or self.budget.get("attribution")) and _on_gpu():
+            self._check_attribution(reference_module, candidate, call_timeout)
+        if threading.active_count() != threads_before:
+            raise CandidateFailure("cheat", f"the candidate started {threading.active_count() - threads_before} "
+                                            f"background thread(s)")
+        self.stage_times["correct"] = time.monotonic() - t1
+        result = {"stage": "correct", "max_abs_error": self.max_abs, "max_rel_error": self.max_rel}
+        if self.budget.get("timing"):
+            t2 = time.monotonic()
+            result.update(self._time(reference_module, reference, candidate, call_timeout))
+            self.stage_times["timed"] = time.monotonic() - t2
+            result["stage"] = "timed"
+        return result
+
+    def _construct(self, reference_class, model_class, init_inputs):
+        seed = _seed_for(self.seed, "init")
+        torch.manual_seed(seed)
+        with torch.device(_DEVICE):
+            reference = reference_class(*init_inputs)
+        torch.manual_seed(seed)
+        try:
+            with torch.device(_DEVICE):
+                candidate = model_class(*init_inputs)
+        except Exception as exc:
+            raise CandidateFailure("runtime_error", f"ModelNew(*get_init_inputs()) raised {_describe(exc)}") from exc
+        reference, candidate = reference.to(_DEVICE).eval(), candidate.to(_DEVICE).eval()
+        if self.dtype is not None:
+            reference, candidate = reference.to(self.dtype), candidate.to(self.dtype)
+        ref_state, cand_state = reference.state_dict(), candidate.state_dict()
+        same_layout = ref_state.keys() == cand_state.keys() and all(
+            ref_state[k].shape == cand_state[k].shape for k in ref_state)
+        if same_layout and ref_state:
+            candidate.load_state_dict(ref_state)
+        elif ref_state:
+            self.flags.append("weights_not_copied")
+        return reference, candidate
+
+    def _call(self, model, inputs):
+        with torch.no_grad():
+            out = model(*inputs)
+        _sync()
+        return out
+
+    def _check_correctness(self, module, reference, candidate, call_timeout):
+        n_trials = max(5, int(self.budget["n_correct_trials"]))
+        first_inputs = None
+        for trial in range(n_trials):
+            variant = VARIANTS[trial % len(VARIANTS)]
+            self.channel.phase(f"correctness trial {trial + 1} ({variant})", call_timeout * 3)
+            pristine = generate_inputs(module, _seed_for(self.seed, "trial", trial), variant, self.dtype)
+            cand_inputs = _clone(pristine)
+            _sync()
+            if _on_gpu():
+                torch.cuda.empty_cache()
+            _poison_allocator(2 * _tensor_bytes(pristine) + (64 << 20))
+            try:  # the candidate runs first, so it cannot pick up the reference's freed output
+                cand_out = self._call(candidate, cand_inputs)
+            except Exception as exc:
+                raise CandidateFailure("runtime_error", f"ModelNew.forward raised {_describe(exc)} "
+                                                        f"(trial {trial + 1}, {variant} inputs)") from exc
+            ref_inputs = _clone(pristine)
+            ref_out = self._call(reference, ref_inputs)
+            if variant != "base" and not all(torch.isfinite(t).all() for t in pytree.tree_leaves(ref_out)
+                                             if isinstance(t, torch.Tensor) and t.is_floating_point()):
+                continue  # outside the operator's domain (e.g. log of negatives): keep the problem's distribution
+            if first_inputs is None:
+                first_inputs = pristine
+                self._null_model_probe(module, reference, ref_out, pristine)
+            self._check_inputs_untouched(cand_inputs, ref_inputs, f"trial {trial + 1}")
+            abs_e, rel_e = compare_outputs(cand_out, ref_out, cand_inputs, self.budget,
+                                           f"trial {trial + 1} ({variant} inputs)", relax_atol=variant != "base")
+            self.max_abs = [max(a, b) for a, b in zip(self.max_abs, abs_e)] if self.max_abs else abs_e
+            self.max_rel = [max(a, b) for a, b in zip(self.max_rel, rel_e)] if self.max_rel else rel_e
+            del cand_out, ref_out
+        self._check_determinism(candidate, first_inputs, call_timeout)
+
+    def _check_inputs_untouched(self, cand_inputs, ref_inputs, label):
+        for i, (c, r) in enumerate(zip(cand_inputs, ref_inputs)):
+            if isinstance(c, torch.Tensor) and not _same_values(c, r):
+                raise CandidateFailure("cheat", f"{label}: the candidate modified input {i} (the reference does "
+                                                f"not); compute into a new output tensor")
+
+    def _null_model_probe(self, module, reference, ref_out, inputs):
+        """If trivial answers pass the checker on this problem, say so (spec §5.3.6)."""
+        leaves, spec = pytree.tree_flatten(ref_out)
+        if not leaves or not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in leaves):
+            return
+        probes = {
+            "zeros": pytree.tree_unflatten([torch.zeros_like(t) for t in leaves], spec),
+            "mean": pytree.tree_unflatten([torch.full_like(t, float(t.float().mean())) for t in leaves], spec),
+        }
+        first = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
+        if first is not None and len(leaves) == 1 and first.shape == leaves[0].shape and first.dtype == leaves[0].dtype:
+            probes["identity"] = first.clone()
+        other_inputs = generate_inputs(module, _seed_for(self.seed, "probe"), "base", self.dtype)
+        probes["other_seed"] = self._call(reference, other_inputs)
+        passing = [name for name, probe in probes.items() if _checker_accepts(probe, ref_out, self.budget)]
+        if passing:
+            self.flags.append("degenerate_problem")
+            self.details["trivial_answers_that_pass"] = passing
+
+    def _check_determinism(self, candidate, inputs, call_timeout):
+        if inputs is None:
+            return
+        self.channel.phase("determinism", call_timeout * 3)
+        first = self._call(candidate, _clone(inputs))
+        second = self._call(candidate, _clone(inputs))
+        for a, b in zip(pytree.tree_leaves(first), pytree.tree_leaves(second)):
+            if not isinstance(a, torch.Tensor):
+                continue
+            if _same_values(a, b):
+                continue
+            atol, rtol, _ = tolerances(a.dtype, self.budget)
+            if a.is_floating_point() and torch.allclose(a, b, atol=atol / 10, rtol=rtol / 10, equal_nan=True):
+                self.flags.append("nondeterministic_within_tolerance")
+            else:
+                raise CandidateFailure("incorrect", "two calls on identical inputs gave different outputs "
+                                                    "(uninitialised memory or a race)")
+
+    def _check_attribution(self, module, candidate, call_timeout):
+        """strict: kernels compiled from the candidate must do most of the GPU work (spec §5.3.8)."""
+        self.channel.phase("kernel attribution", call_timeout * 5)
+        from torch.profiler import ProfilerActivity, profile
+        inputs = generate_inputs(module, _seed_for(self.seed, "attribution"), "base", self.dtype)
+        self._call(candidate, _clone(inputs))
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            self._call(candidate, inputs)
+        kernel_names = set(self.msg.get("kernel_names", [])) | self.loader.kernel_names
+        total = ours = 0.0
+        launched = []
+        for event in prof.events():
+            if getattr(event, "device_type", None) != torch.autograd.DeviceType.CUDA:
+                continue
+            duration = event.time_range.elapsed_us()  # a kernel event's own span on the GPU
+            total += duration
+            if any(name in event.name for name in kernel_names):
+                ours += duration
+                launched.append(event.name)
+        share = ours / total if total > 0 else 0.0
+        self.details["candidate_kernel_share"] = share
+        threshold = float(self.budget.get("attribution_threshold", 0.5))
+        if not launched:
+            raise CandidateFailure("cheat", "no kernel compiled from the candidate ran on the GPU; the work is done "
+                                            "by PyTorch/library kernels")
+        if share < threshold:
+            raise CandidateFailure("cheat", f"the candidate's own kernels account for {share:.0%} of GPU time "
+                                            f"(strict policy requires {threshold:.0%}); the rest is PyTorch/library "
+                                            f"kernels")
+
+    def _time(self, module, reference, candidate, call_timeout) -> dict:
+        """Interleaved, L2-flushed, rotating-input timing with rechecked outputs (spec §5.4)."""
+        n_sets = max(8, int(self.budget.get("timing_input_sets", 8)))
+        max_trials = int(self.budget.get("timing_trials", 100))
+        min_trials = min(max_trials, int(self.budget.get("min_timing_trials", 20)))
+        wall_budget = float(self.budget.get("timing_budget_s", 20.0))
+        self.channel.phase("timing: inputs", call_timeout * 3 + 10)
+        sets = [generate_inputs(module, _seed_for(self.seed, "timing", k), "base", self.dtype) for k in range(n_sets)]
+        expected = [self._call(reference, _clone(s)) for s in sets]
+        l2 = (getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) if _on_gpu() else 0) or (64 << 20)
+        flush = torch.empty(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device=_DEVICE)
+        self.channel.phase("timing: warmup", call_timeout * 8 + 10)
+        for k in range(3):
+            self._call(reference, sets[k])
+            self._call(candidate, sets[k])
+        self.channel.phase("timing", wall_budget * 2 + call_timeout * 4 + 10)
+        threads_before = threading.active_count()
+        times = {"reference": [], "candidate": []}
+        walls = {"reference": [], "candidate": []}
+        last_out = {}
+        start_wall = time.monotonic()
+        trial = 0
+        while trial < max_trials + 1:
+            order = (("reference", reference), ("candidate", candidate)) if trial % 2 == 0 else \
+                (("candidate", candidate), ("reference", reference))
+            inputs = sets[trial % n_sets]
+            for label, model in order:
+                _sync()
+                flush.zero_()
+                timer = _EventTimer() if _on_gpu() else _HostTimer()
+                host_start = time.perf_counter()
+                timer.start()
+                with torch.no_grad():
+                    out = model(*inputs)
+                timer.stop()
+                _sync()
+                host_ms = (time.perf_counter() - host_start) * 1e3
+                if trial > 0:  # the first trial is discarded
+                    times[label].append(timer.elapsed_ms())
+                    walls[label].append(host_ms)
+                if label == "candidate":
+                    last_out[trial % n_sets] = out
+            trial += 1
+            elapsed = time.monotonic() - start_wall
+            if trial > min_trials and (elapsed > wall_budget or _sem_below(times["candidate"], 0.01)
+                                       and _sem_below(times["reference"], 0.01)):
+                break
+        if threading.active_count() != threads_before:
+            raise CandidateFailure("cheat", "the candidate started background threads during timing")
+        for k, out in last_out.items():
+            compare_outputs(out, expected[k], sets[k], self.budget, f"timed call on input set {k}")
+        stats = {label: _stats(values) for label, values in times.items()}
+        wall_stats = {label: _stats(values) for label, values in walls.items()}
+        cand_event, cand_wall = stats["candidate"]["median_ms"], wall_stats["candidate"]["median_ms"]
+        ref_ratio = wall_stats["reference"]["median_ms"] / max(stats["reference"]["median_ms"], 1e-9)
+        if cand_wall > 1.5 * cand_event and cand_wall - cand_event > 0.05 and ref_ratio <= 1.5:
+            self.flags.append("possible_stream_or_thread_injection")
+            stats["candidate"] = wall_stats["candidate"]
+            stats["reference"] = wall_stats["reference"]
+        speedup = stats["reference"]["median_ms"] / max(stats["candidate"]["median_ms"], 1e-9)
+        if speedup > 10:
+            self.flags.append("excessive_speedup")
+        self._check_roofline(stats["candidate"]["median_ms"], expected[0])
+        self.details["timing_env"] = {"device": torch.cuda.get_device_name(0) if _on_gpu() else "cpu",
+                                      "torch": torch.__version__, "cuda": torch.version.cuda, "input_sets": n_sets}
+        return {"timing": stats, "speedup": speedup,
+                "mean_speedup": stats["reference"]["mean_ms"] / max(stats["candidate"]["mean_ms"], 1e-9)}
+
+    def _check_roofline(self, candidate_ms: float, reference_out) -> None:
+        """Writing the outputs alone takes bytes / peak bandwidth; anything faster did not write them."""
+        peak = _peak_bandwidth(torch.cuda.get_device_name(0)) if _on_gpu() else None
+        if peak is None:
+            return
+        floor_ms = _tensor_bytes(reference_out) / peak * 1e3
+        if candidate_ms * 1.1 < floor_ms:
+            raise CandidateFailure("cheat", f"measured {candidate_ms:.4f} ms is below the memory-bandwidth floor "
+                                            f"{floor_ms:.4f} ms for writing the outputs; the timing is not real")
+
+
+class _EventTimer:
+    def __init__(self):
+        self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def start(self):
+        self._start.record()
+
+    def stop(self):
+        self._end.record()
+
+    def elapsed_ms(self) -> float:
+        return self._start.elapsed_time(self._end)
+
+
+class _HostTimer:
+    def start(self):
+        self._t0 = time.perf_counter()
+
+    def stop(self):
+        self._t1 = time.perf_counter()
+
+    def elapsed_ms(self) -> float:
+        return (self._t1 - self._t0) * 1e3
+
+
+_PEAK_BW = {"H200": 4.8e12, "H100": 3.35e12, "H20": 4.0e12, "A100": 2.0e12, "B200": 8.0e12, "L40S": 0.864e12,
+            "RTX 4090": 1.0e12}
+
+
+def _peak_bandwidth(name: str) -> float | None:
+    for key, value in _PEAK_BW.items():
+        if key in name:
+            return value
+    return None
+
+
+def _sem_below(values: list[float], fraction: float) -> bool:
+    if len(values) < 5:
+        return False
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(var / len(values)) < fraction * mean
+
+
+def _stats(values: list[float]) -> dict:
+    ordered = sorted(values)
+    n = len(ordered)
+    mean = sum(ordered) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in ordered) / max(n - 1, 1))
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return {"median_ms": median, "mean_ms": mean, "std_ms": std, "n": n, "min_ms": ordered[0], "max_ms": ordered[-1]}
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) < 600 else text[:600] + "..."
+
+
+def _cuda_is_healthy() -> bool:
+    """After an error: a sticky CUDA error (illegal address, launch failure) poisons the context for good."""
+    if not _on_gpu():
+        return True
+    try:
+        torch.cuda.synchronize()
+        return float(torch.ones(1, device="cuda").sum().item()) == 1.0
+    except Exception:
+        return False
+
+
+def _run_job(msg: dict, channel: Channel) -> dict:
+    global _DEVICE
+    _DEVICE = msg.get("device", "cuda")
+    job = Job(msg, channel)
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references must not silently use TF32
+    torch.backends.cudnn.allow_tf32 = False
+    recycle = False
+    try:
+        outcome = job.run()
+        outcome.update(passed=True)
+    except CandidateFailure as failure:
+        outcome = {"passed": False, "failure_code": failure.code, "failure": str(failure), **failure.details}
+        recycle = not _cuda_is_healthy()
+    except torch.cuda.OutOfMemoryError as exc:
+        outcome = {"passed": False, "failure_code": "runtime_error", "failure": f"GPU out of memory: {exc}"[:600]}
+        recycle = not _cuda_is_healthy()
+    except Exception as exc:
+        healthy = _cuda_is_healthy()
+        outcome = {"passed": False, "failure_code": "runtime_error" if healthy else "crash",
+                   "failure": _describe(exc) + ("" if healthy else " (CUDA context is unusable afterwards)"),
+                   "traceback": traceback.format_exc()[-3000:]}
+        recycle = not healthy
+    tampered = _tampered()
+    if tampered:
+        outcome.update(passed=False, failure_code="cheat",
+                       failure=f"the candidate replaced harness functions: {', '.join(tampered)}")
+        recycle = True
+    if (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) != (False, False):
+        job.flags.append("changed_tf32_flags")
+        recycle = True
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    outcome.update(event="result", flags=job.flags, stage_times=job.stage_times, details=job.details,
+                   recycle=recycle)
+    if _on_gpu():
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()
+    return outcome
+
+
+def main() -> None:
+    from . import compile as compile_module
+    compile_module.COMPILERS_IN_OWN_GROUP = False  # builds here die with this worker when it is killed
+    read_fd, write_fd = (int(x) for x in os.environ.pop(FDS_ENV).split(","))
+    channel = Channel(read_fd, write_fd)
+    device = None
+    if torch.cuda.is_available():
+        torch.cuda.init()
+        device = torch.cuda.get_device_name(0)
+    channel.send({"event": "ready", "device": device})
+    while True:
+        try:
+            msg = read_message(read_fd)
+        except EOFError:
+            return
+        if msg.get("op") == "exit":
+            return
+        if msg.get("op") == "validate":
+            channel.send(_run_job(msg, channel))
+
+
+if __name__ == "__main__":
+    main()
