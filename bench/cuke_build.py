@@ -1,0 +1,88 @@
+"""Build the built-in CuKe corpus on the GPU machine and report how many pairs pass at speedup >= 1.0 / 1.5 / 2.0
+per level, and the build throughput in pairs per GPU-minute, against the targets (6,000 pairs, 200 per GPU-minute).
+
+Resumable: results live in --work; run it again (e.g. under a 10-minute command limit with --max-seconds 500) and it
+continues where it stopped. Example:
+    python bench/cuke_build.py --work /tmp/cuke_work --out $OUT/cuke_build.json --limit 600 --max-seconds 480
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+TARGET_PAIRS = 6000
+TARGET_PER_GPU_MINUTE = 200.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, type=Path, help="JSON file for the results")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/cuke_work"), help="build folder (kept for resuming)")
+    parser.add_argument("--min-speedup", type=float, default=2.0)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every generator's pair count")
+    parser.add_argument("--limit", type=int, default=None, help="validate at most this many pairs")
+    parser.add_argument("--max-seconds", type=float, default=None, help="stop starting new batches after this")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--timing-trials", type=int, default=50)
+    parser.add_argument("--decontaminate", type=Path, default=None, help="a KernelBench checkout, if present")
+    args = parser.parse_args(argv)
+
+    import torch
+    from dice_copilot.trainer.cuke.pipeline import BuildConfig, run_build
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    if gpu == "none":
+        print("no CUDA device: this benchmark measures GPU validation; run it on the GPU machine", file=sys.stderr)
+    config = BuildConfig(out=args.work, min_speedup=args.min_speedup, scale=args.scale, limit=args.limit,
+                         max_seconds=args.max_seconds, batch_size=args.batch_size, timing_trials=args.timing_trials,
+                         decontaminate=args.decontaminate, progress=False, compile_only=gpu == "none")
+    started = time.perf_counter()
+    stats = run_build(config)
+    wall = time.perf_counter() - started
+
+    run = stats["run"]
+    table = stats["speedup_pass_counts"]
+    per_level = stats["per_level"]
+    validated_total = sum(v for k, v in stats["status"].items() if k not in ("pending", "duplicate", "contaminated"))
+    kept = stats["status"].get("kept", 0)
+    print(f"\nCuKe built-in corpus on {gpu}: {stats['total_pairs']} generated, "
+          f"{stats['status'].get('duplicate', 0)} duplicates, {validated_total} validated so far, "
+          f"{stats['status'].get('pending', 0)} still pending")
+    print("\n| level | pairs (after dedup) | correct+timed | >=1.0x | >=1.5x | >=2.0x |")
+    print("|---|---|---|---|---|---|")
+    for level in sorted(per_level):
+        row = table.get(level, {})
+        after = per_level[level].get("total", 0) - per_level[level].get("duplicate", 0)
+        print(f"| {level} | {after} | {row.get('correct_timed', 0)} | {row.get('>=1.0', 0)} | {row.get('>=1.5', 0)} | "
+              f"{row.get('>=2.0', 0)} |")
+    per_gpu_min = run.get("pairs_per_gpu_minute")
+    print("\n| metric | ours | target | ratio |")
+    print("|---|---|---|---|")
+    print(f"| pairs kept (>= {args.min_speedup}x) | {kept} | {TARGET_PAIRS} | {kept / TARGET_PAIRS:.2f} |")
+    if per_gpu_min:
+        print(f"| pairs validated per GPU-minute | {per_gpu_min} | {TARGET_PER_GPU_MINUTE:.0f} | "
+              f"{per_gpu_min / TARGET_PER_GPU_MINUTE:.2f} |")
+    pending = stats["status"].get("pending", 0)
+    if run.get("pairs_per_minute") and pending:
+        print(f"\n{pending} pairs not yet validated: about {pending / run['pairs_per_minute']:.0f} more minutes at "
+              f"this run's rate ({run['pairs_per_minute']} pairs/min on {run['gpus']} GPU(s))")
+    print(f"\nrejection reasons: {json.dumps(stats['rejection_reasons'])}")
+    result = {"gpu": gpu, "wall_seconds": round(wall, 1), "stats": stats,
+              "targets": {"pairs": TARGET_PAIRS, "pairs_per_gpu_minute": TARGET_PER_GPU_MINUTE}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    for name in ("stats.md", "speedup_hist.png"):
+        if (args.work / name).exists():
+            shutil.copy(args.work / name, args.out.parent / f"cuke_{name}")
+    # the per-pair verdicts, so a later run on a fresh machine can resume (copy them back into --work/results)
+    shutil.copytree(args.work / "results", args.out.parent / "cuke_results", dirs_exist_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""The server's only door to the model and the validator (contracts.md): checkpoint loading, the engine call, DICE
+prompts and code extraction, and the validation request run inside the validation worker process.
+
+`DICE_COPILOT_TEST_SCRIPTED_COMPLETIONS=path.json` (tests only) makes `generate_texts` return known completions for
+matching prompts instead of decoding, so end-to-end tests can show a *validated* suggestion without a trained model;
+everything else (model load, splicing, validation) stays real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+SCRIPTED_COMPLETIONS_ENV = "DICE_COPILOT_TEST_SCRIPTED_COMPLETIONS"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Model
+
+
+@dataclass
+class LoadedModel:
+    """A checkpoint in memory with its engine; `checkpoint_id` changes whenever different weights are loaded."""
+
+    engine: Any
+    tokenizer: Any
+    checkpoint: str
+    checkpoint_id: str
+    device: str
+    load_seconds: float
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve_device(setting: str) -> str:
+    """"auto" → "cuda" when a CUDA device exists, else "cpu"; a CUDA device asked for but absent is an error."""
+    if setting == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    if setting.startswith("cuda") and not cuda_available():
+        raise RuntimeError(f"device {setting!r} was asked for but no CUDA device is visible; set diceCopilot.device "
+                           f"to \"cpu\" or \"auto\"")
+    return setting
+
+
+def checkpoint_fingerprint(checkpoint: str | None) -> str:
+    """Name plus file sizes and modification times: two loads of the same files give the same id."""
+    if not checkpoint or checkpoint == "default":
+        return "default"
+    folder = Path(checkpoint)
+    parts = [str(folder.resolve())]
+    if folder.is_dir():
+        for item in sorted(folder.iterdir()):
+            try:
+                stat = item.stat()
+            except OSError:
+                continue
+            parts.append(f"{item.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def load_model(checkpoint: str | None, device: str) -> LoadedModel:
+    """Load a checkpoint (None / "default": the embedded default) and build its engine. Raises
+    `dice_copilot.model.CheckpointError` (bad checkpoint) or RuntimeError (device) with a message naming the cause."""
+    from dice_copilot.model import load
+    from dice_copilot.model.engine import BlockDiffusionEngine
+
+    started = time.perf_counter()
+    resolved = resolve_device(device)
+    fingerprint = checkpoint_fingerprint(checkpoint)
+    model, tokenizer = load(checkpoint or "default", device=resolved)
+    engine = BlockDiffusionEngine(model, tokenizer, device=resolved)
+    return LoadedModel(engine, tokenizer, checkpoint or "default", fingerprint, resolved,
+                       time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One engine call: a prompt decoded into `n` candidates. `prefix`/`suffix` are set for infill (used by the
+    scripted test backend to build a whole-file answer)."""
+
+    kind: str  # "infill" or "kernel"
+    prompt: str
+    n: int
+    strategy: str
+    threshold: float
+    max_new_tokens: int
+    prefix: str = ""
+    suffix: str = ""
+    pytorch_code: str = ""
+
+
+@dataclass(frozen=True)
+class GeneratedText:
+    text: str
+    finish_reason: str
+    forward_passes: int
+    generated_tokens: int
+    wall_time_s: float
+
+
+def build_infill_prompt(pytorch_code: str, prefix: str, suffix: str) -> str:
+    from dice_copilot.model.prompts import infill_prompt
+
+    return infill_prompt(pytorch_code, prefix, suffix)
+
+
+def fit_infill_prompt(loaded: LoadedModel, pytorch_code: str, prefix: str, suffix: str,
+                      middle_tokens: int) -> tuple[str, str, str | None, int]:
+    """(prefix, suffix, prompt, answer token budget) with prefix and suffix trimmed (far lines first) until prompt +
+    answer fit the checkpoint's positions. The DICE answer re-emits prefix and suffix around the middle, so the
+    answer budget is their tokens plus `middle_tokens`. Prompt None: even the reference alone does not fit."""
+    limit = loaded.engine.config.max_position_embeddings
+    for _ in range(8):
+        prompt = build_infill_prompt(pytorch_code, prefix, suffix)
+        answer_tokens = middle_tokens + len(loaded.tokenizer.encode(prefix + suffix)) + 16  # + the code fences
+        if len(loaded.tokenizer.encode(prompt)) + answer_tokens <= limit:
+            return prefix, suffix, prompt, answer_tokens
+        if not prefix and not suffix:
+            break
+        prefix = prefix[len(prefix) // 2:].partition("\n")[2] if "\n" in prefix[len(prefix) // 2:] else ""
+        suffix = suffix[: len(suffix) // 2].rpartition("\n")[0] + "\n" if "\n" in suffix[: len(suffix) // 2] else ""
+    return prefix, suffix, None, 0
+
+
+def build_kernel_prompt(pytorch_code: str) -> str:
+    from dice_copilot.model.prompts import end_to_end_prompt
+
+    return end_to_end_prompt(pytorch_code)
+
+
+def infill_middle(prefix: str, suffix: str, model_output: str) -> str | None:
+    """The text to insert at the cursor, recovered from the model's whole-file answer (None when it does not fit)."""
+    from dice_copilot.model.prompts import splice_infill
+
+    return splice_infill(prefix, suffix, model_output)
+
+
+def generated_module(model_output: str) -> str | None:
+    """The `ModelNew` module of a whole-kernel answer (its first code block)."""
+    from dice_copilot.model.prompts import extract_first_code
+
+    return extract_first_code(model_output)
+
+
+def generate_texts(loaded: LoadedModel, request: GenerationRequest, cancel: threading.Event,
+                   on_block: Callable[[int], None] | None = None) -> list[GeneratedText]:
+    """Decode the request's candidates (blocking; run it on the engine thread). Temperature 0 for one candidate,
+    0.7 for several so that they differ."""
+    scripted = _scripted_texts(request, cancel)
+    if scripted is not None:
+        return scripted
+    generations = loaded.engine.generate(
+        [request.prompt], n=request.n, strategy=request.strategy, threshold=request.threshold,
+        max_new_tokens=request.max_new_tokens, temperature=0.0 if request.n == 1 else 0.7, seed=0,
+        on_block=(lambda update: on_block(update.index)) if on_block else None, cancel=cancel)
+    return [GeneratedText(g.text, g.finish_reason, g.stats.forward_passes, g.stats.generated_tokens,
+                          g.stats.wall_time_s) for g in generations]
+
+
+def _scripted_texts(request: GenerationRequest, cancel: threading.Event) -> list[GeneratedText] | None:
+    """Test-only: answers from the JSON file named by DICE_COPILOT_TEST_SCRIPTED_COMPLETIONS. Shape:
+    `{"infill": [{"when": "text in prefix+suffix", "middles": [...], "delayS": 0}], "kernel": [{"when": "text in the
+    module", "modules": [...], "delayS": 0}]}`; the first entry whose `when` matches answers, else the real engine."""
+    path = os.environ.get(SCRIPTED_COMPLETIONS_ENV)
+    if not path:
+        return None
+    script = json.loads(Path(path).read_text(encoding="utf-8"))
+    haystack = request.prefix + request.suffix if request.kind == "infill" else request.pytorch_code
+    for entry in script.get(request.kind, []):
+        if entry.get("when", "") not in haystack:
+            continue
+        deadline = time.monotonic() + float(entry.get("delayS", 0))
+        while time.monotonic() < deadline:
+            if cancel.wait(0.01):
+                return [GeneratedText("", "cancelled", 0, 0, 0.0)]
+        if request.kind == "infill":
+            texts = [f"```python\n{request.prefix}{middle}{request.suffix}\n```" for middle in entry["middles"]]
+        else:
+            texts = [f"```python\n{module}\n```" for module in entry["modules"]]
+        return [GeneratedText(text, "stop", 0, 0, 0.0) for text in texts[: request.n]]
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Validation (runs in the validation worker process; see validation_worker.py)
+
+
+def import_validator():
+    import dice_copilot.validator as validator
+
+    return validator
+
+
+def warm_validator(nvcc: dict | None = None) -> None:
+    """Import the validator and start its pools ahead of the first request (the worker's startup ping)."""
+    validator = import_validator()
+    _pool(validator, nvcc or {}, compile_only=False)
+    _pool(validator, nvcc or {}, compile_only=True)
+
+
+def validation_request(candidate_source: str, candidate_path: str | None, problem_source: str | None,
+                       problem_path: str | None, class_name: str, settings) -> dict:
+    """The JSON request the worker understands, built from the server settings."""
+    validation = settings.validation
+    return {
+        "candidate": {"source": candidate_source, "path": candidate_path},
+        "problem": None if problem_source is None else {"source": problem_source, "path": problem_path,
+                                                        "class_name": class_name},
+        "policy": validation.policy,
+        "budget": {"atol": validation.atol, "rtol": validation.rtol, "timing": validation.timing,
+                   "timeout_s": validation.timeoutS},
+        "nvcc": {"path": settings.nvcc.path, "flags": list(settings.nvcc.flags), "arch": settings.nvcc.arch},
+    }
+
+
+def _budget(validator, spec: dict):
+    """The validator's Budget from the server's validation settings."""
+    timeout_s = float(spec.get("timeout_s") or 300.0)
+    return validator.Budget(atol=spec.get("atol"), rtol=spec.get("rtol"), timing=bool(spec.get("timing", True)),
+                            total_timeout_s=timeout_s, compile_timeout_s=timeout_s)
+
+
+_pools: dict[tuple, Any] = {}
+
+
+def _pool(validator, nvcc: dict, compile_only: bool):
+    """A warm ValidatorPool per nvcc configuration; `compile_only` pools have no GPU (used when there is no
+    reference module to check against). nvcc settings reach the validator's compiler through the environment it
+    reads: PATH / CUDA_HOME for the compiler, DICE_COPILOT_CUDA_ARCH for the arch, NVCC_APPEND_FLAGS for extra
+    flags (with a build cache of their own, since the cache key does not see them)."""
+    key = (nvcc.get("path"), nvcc.get("arch"), tuple(nvcc.get("flags") or ()))
+    if (key, compile_only) in _pools:
+        return _pools[(key, compile_only)]
+    for stale in [k for k in _pools if k[0] != key]:
+        _pools.pop(stale).shutdown()
+    path, arch, flags = key
+    if path:
+        binary = Path(path).expanduser().resolve()
+        os.environ["PATH"] = str(binary.parent) + os.pathsep + os.environ.get("PATH", "")
+        os.environ["CUDA_HOME"] = str(binary.parent.parent)
+    if arch:
+        os.environ["DICE_COPILOT_CUDA_ARCH"] = arch
+    else:
+        os.environ.pop("DICE_COPILOT_CUDA_ARCH", None)
+    base_cache = os.environ.setdefault("DICE_COPILOT_CACHE_BASE", os.environ.get("DICE_COPILOT_CACHE", ""))
+    if flags:
+        os.environ["NVCC_APPEND_FLAGS"] = " ".join(flags)
+        digest = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12]
+        root = Path(base_cache) if base_cache else Path.home() / ".cache" / "dice-copilot" / "build"
+        os.environ["DICE_COPILOT_CACHE"] = str(root / f"nvcc-flags-{digest}")
+    else:
+        os.environ.pop("NVCC_APPEND_FLAGS", None)
+        if base_cache:
+            os.environ["DICE_COPILOT_CACHE"] = base_cache
+        else:
+            os.environ.pop("DICE_COPILOT_CACHE", None)
+    pool = validator.ValidatorPool(gpus=[] if compile_only else None)
+    _pools[(key, compile_only)] = pool
+    return pool
+
+
+NO_REFERENCE = ("not run: no reference module (define the PyTorch `Model` and `get_inputs()` in this file or in a "
+                "sibling `x.py`, or set diceCopilot.referenceModule)")
+
+
+def run_validation(request: dict) -> dict:
+    """Validate one candidate and return the verdict as a JSON object. Without a reference module the candidate is
+    compiled only, and the verdict says so."""
+    validator = import_validator()
+    candidate_spec = request["candidate"]
+    candidate = validator.Candidate.from_source(candidate_spec["source"], path=candidate_spec.get("path"))
+    spec = request.get("problem")
+    if spec:
+        problem = validator.Problem.from_source(spec["source"], path=spec.get("path"),
+                                                class_name=spec.get("class_name") or "Model")
+    else:
+        problem = validator.Problem("")
+    pool = _pool(validator, request.get("nvcc") or {}, compile_only=not spec)
+    verdict = validator.validate(problem, candidate, policy=request.get("policy", "ide"),
+                                 budget=_budget(validator, request.get("budget") or {}), pool=pool)
+    encoded = json.loads(verdict.to_json())
+    if not spec and encoded.get("compile_only"):
+        encoded["details"] = {**(encoded.get("details") or {}), "not_run": NO_REFERENCE}
+    return encoded
+
+
+@dataclass(frozen=True)
+class VerdictSummary:
+    """What the server needs from a verdict, read from its JSON form."""
+
+    passed: bool
+    stage: str | None
+    compile_only: bool
+    failure: str | None
+    failure_code: str | None
+    speedup: float | None
+    max_abs_error: float | None
+    diagnostics: tuple[dict, ...]
+    not_run: str | None = None  # why a compile-only verdict ran nothing (no CUDA device, no reference, ...)
+
+    @classmethod
+    def from_json(cls, verdict: dict) -> "VerdictSummary":
+        errors = verdict.get("max_abs_error")
+        if isinstance(errors, (list, tuple)):
+            numbers = [value for value in errors if isinstance(value, (int, float))]
+            errors = max(numbers) if numbers else None
+        return cls(bool(verdict.get("passed")), verdict.get("stage"), bool(verdict.get("compile_only")),
+                   verdict.get("failure"), verdict.get("failure_code"), verdict.get("speedup"), errors,
+                   tuple(verdict.get("diagnostics") or ()), (verdict.get("details") or {}).get("not_run"))
+
+    @classmethod
+    def worker_failure(cls, message: str) -> "VerdictSummary":
+        return cls(False, None, False, message, "crash", None, None, ())
+
+    @property
+    def correct(self) -> bool:
+        """Numerically checked against the reference (not just compiled)."""
+        return self.passed and self.stage in ("correct", "timed")
+
+    def rank_key(self) -> tuple:
+        """Sort key: correct first, then faster."""
+        return (not self.correct, -(self.speedup or 0.0))
+
+    def to_wire(self) -> dict:
+        return {"passed": self.passed, "stage": self.stage, "compileOnly": self.compile_only,
+                "speedup": self.speedup, "maxAbsError": self.max_abs_error, "failure": self.failure,
+                "failureCode": self.failure_code, "notRun": self.not_run}
+
+    def describe(self) -> str:
+        """One line for hovers and logs."""
+        if not self.passed:
+            return f"✗ {self.failure or self.failure_code or 'failed'}"
+        if self.compile_only:
+            return f"✓ compiles ({self.not_run or 'not run: no CUDA device'})"
+        parts = ["✓ correct" if self.correct else f"✓ {self.stage}"]
+        if self.max_abs_error is not None:
+            parts.append(f"max error {self.max_abs_error:.2e}")
+        if self.speedup is not None:
+            parts.append(f"{self.speedup:.2f}× vs torch")
+        return ", ".join(parts)

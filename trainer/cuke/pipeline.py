@@ -1,0 +1,304 @@
+"""The CuKe build: source -> dedup -> decontamination -> shard -> strict validation (resumable) -> speedup filter ->
+held-out split -> SFT / infilling / end-to-end / held-out JSONL, plus a stats report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .records import PairRecord, builtin_records, jsonl_records
+from .report import write_report
+from .splits import infill_split, order_easy_to_hard, plan_heldout, split_heldout
+from .textsim import ContaminationIndex, DedupResult, deduplicate
+
+# Verdict flags that make a correct, fast pair unfit for training data (the kernel may not be doing the work, or the
+# problem cannot tell a real kernel from a trivial one).
+MISLEADING_FLAGS = ("possible_stream_or_thread_injection", "changed_tf32_flags", "degenerate_problem",
+                    "excessive_speedup")
+
+
+@dataclass
+class BuildConfig:
+    """Every knob of `dice-copilot train cuke build`."""
+
+    out: Path
+    source: str = "builtin"  # "builtin" or a JSONL file of pairs
+    min_speedup: float = 2.0  # keep pairs whose median speedup over eager PyTorch is at least this
+    shard_index: int = 0
+    shard_count: int = 1
+    limit: int | None = None  # validate at most this many pairs of this shard (after dedup)
+    compile_only: bool = False  # no GPU stage: compile-checked pairs go to a separate, unverified output
+    decontaminate: Path | None = None  # benchmark checkout (e.g. KernelBench) to check n-gram overlap against
+    decontam_threshold: float = 0.5  # exclude pairs sharing at least this share of their n-grams with it
+    dedup_threshold: float = 0.9  # near-duplicate when problem and candidate shingle similarity both reach this
+    batch_size: int = 48  # pairs per validator call (the pool compiles a batch in parallel)
+    generators: list[str] | None = None  # built-in generators to use (default: all)
+    scale: float = 1.0  # built-in: multiply every generator's target count
+    seed: int = 0  # built-in: generation seed
+    heldout_families: list[str] | None = None  # None: chosen deterministically among the rare families
+    drop_flags: tuple[str, ...] = MISLEADING_FLAGS
+    timing_trials: int = 100
+    max_seconds: float | None = None  # stop starting new validation batches after this long (rerun to resume)
+    progress: bool = True
+
+
+@dataclass
+class Outcome:
+    """What became of one pair."""
+
+    record: PairRecord
+    status: str  # kept | compiled_unverified | rejected | duplicate | contaminated | pending
+    reason: str | None = None
+    speedup: float | None = None
+    verdict: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def load_records(config: BuildConfig) -> list[PairRecord]:
+    if config.source == "builtin":
+        return builtin_records(seed=config.seed, scale=config.scale, generators=config.generators)
+    return jsonl_records(Path(config.source))
+
+
+def in_shard(uid: str, index: int, count: int) -> bool:
+    return int(hashlib.sha256(uid.encode()).hexdigest()[:8], 16) % count == index
+
+
+def classify(verdict: dict, min_speedup: float, drop_flags: tuple[str, ...], compile_only: bool) -> tuple[str, str | None]:
+    """(status, reason) of a validated pair."""
+    if not verdict.get("passed"):
+        return "rejected", verdict.get("failure_code") or "failed"
+    flags = [f for f in verdict.get("flags") or [] if f in drop_flags]
+    if flags:
+        return "rejected", f"misleading:{flags[0]}"
+    if compile_only or verdict.get("compile_only"):
+        return ("compiled_unverified", None) if verdict.get("stage") == "compile" else ("rejected", "not_compiled")
+    if verdict.get("stage") != "timed" or verdict.get("speedup") is None:
+        return "rejected", "not_timed"
+    if verdict["speedup"] < min_speedup:
+        return "rejected", "below_speedup"
+    return "kept", None
+
+
+class ResultStore:
+    """Per-item verdicts, one JSON line each, appended and flushed as they arrive: a rerun skips what is done.
+    Every shard writes its own file; outputs are assembled from all files present."""
+
+    def __init__(self, out: Path, shard_index: int, shard_count: int, mode: str):
+        self.dir = out / "results"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / f"{mode}-shard-{shard_index}-of-{shard_count}.jsonl"
+        self.mode = mode
+
+    def load_all(self) -> dict[str, dict]:
+        done: dict[str, dict] = {}
+        for path in sorted(self.dir.glob(f"{self.mode}-shard-*.jsonl")):
+            with path.open(encoding="utf-8") as handle:
+                for line in handle:
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line cut short by an interrupted run: that item is validated again
+                    done[row["uid"]] = row
+        return done
+
+    def append(self, rows: list[dict]) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row) + "\n")
+            handle.flush()
+
+
+def cached_dedup(out: Path, records: list[PairRecord], threshold: float) -> DedupResult:
+    """Dedup once per (pair set, threshold): reruns and other shards read the decision from OUT/dedup.json.
+    Near duplicates are searched within each primary family (exact duplicates across everything)."""
+    key = hashlib.sha256(("\n".join(r.uid for r in records) + f"|{threshold}").encode()).hexdigest()
+    path = out / "dedup.json"
+    if path.exists():
+        cached = json.loads(path.read_text(encoding="utf-8"))
+        if cached.get("key") == key:
+            return DedupResult(cached["kept"], [tuple(d) for d in cached["dropped"]])
+    result = deduplicate([(r.pytorch_code, r.cuda_code) for r in records], threshold=threshold,
+                         groups=[r.family for r in records])
+    path.write_text(json.dumps({"key": key, "kept": result.kept, "dropped": result.dropped}), encoding="utf-8")
+    return result
+
+
+def _progress(total: int, enabled: bool, desc: str):
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="pair", disable=not enabled, file=sys.stderr, dynamic_ncols=True)
+
+
+def _compact(verdict: dict, log_chars: int = 2000) -> dict:
+    """Keep the stored verdict small: the tail of the compiler log is what says why a build failed."""
+    log = verdict.get("compiler_log") or ""
+    if len(log) > log_chars:
+        verdict["compiler_log"] = "[...]" + log[-log_chars:]
+    return verdict
+
+
+def validate_pending(pending: list[PairRecord], store: ResultStore, config: BuildConfig) -> tuple[int, float, int]:
+    """Validate pairs in batches and store each verdict. Returns (validated, wall seconds, GPUs used)."""
+    if not pending:
+        return 0, 0.0, 0
+    from dice_copilot.validator import Budget, ValidatorPool
+
+    budget = Budget(timing=not config.compile_only, timing_trials=config.timing_trials)
+    pool = ValidatorPool(gpus=[] if config.compile_only else None)
+    gpus = 0 if config.compile_only else len(pool.gpus)
+    start = time.perf_counter()
+    done = 0
+    try:
+        with _progress(len(pending), config.progress, "validating") as bar:
+            for lo in range(0, len(pending), config.batch_size):
+                if config.max_seconds is not None and time.perf_counter() - start > config.max_seconds:
+                    break  # out of time: what is stored so far is kept, a rerun continues from here
+                batch = pending[lo:lo + config.batch_size]
+                t0 = time.perf_counter()
+                try:
+                    verdicts = pool.validate_many([(r.pytorch_code, r.cuda_code) for r in batch], policy="strict",
+                                                  budget=budget)
+                    rows = [{"uid": r.uid, "verdict": _compact(json.loads(v.to_json()))} for r, v in zip(batch, verdicts)]
+                except Exception as exc:  # the validator itself failed: record it, keep going with the next batch
+                    rows = [{"uid": r.uid, "verdict": {"passed": False, "failure_code": "validator_error",
+                                                        "failure": f"{type(exc).__name__}: {exc}"}} for r in batch]
+                seconds = (time.perf_counter() - t0) / len(batch)
+                for row in rows:
+                    row["seconds"] = round(seconds, 3)
+                    row["mode"] = store.mode
+                store.append(rows)
+                done += len(batch)
+                bar.update(len(batch))
+    finally:
+        pool.shutdown()
+    return done, time.perf_counter() - start, gpus
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def _base_row(outcome: Outcome) -> dict:
+    r = outcome.record
+    return {"id": r.uid, "level": r.level, "families": list(r.families), "composition": r.composition,
+            "dtype": r.dtype, "source": r.source,
+            "speedup": None if outcome.speedup is None else float(outcome.speedup)}
+
+
+def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | None) -> dict:
+    """Write the four task sets from the kept pairs; returns counts and the held-out plan."""
+    from dice_copilot.model.prompts import end_to_end_prompt
+
+    by_uid = {o.record.uid: o for o in kept}
+    records = [o.record for o in kept]
+    plan = plan_heldout(records, families=plan_families)
+    train, heldout = split_heldout(records, plan)
+    sft, infill, e2e, evaluation = [], [], [], []
+    for r in train:
+        base = _base_row(by_uid[r.uid])
+        sft.append({**base, "prompt": end_to_end_prompt(r.pytorch_code),
+                    "response": f"```python\n{r.cuda_code.rstrip()}\n```"})
+        parts = infill_split(r.cuda_code)
+        if parts is not None:
+            infill.append({**base, "pytorch_code": r.pytorch_code, "cuda_code": r.cuda_code, "prefix": parts.prefix,
+                           "middle": parts.middle, "suffix": parts.suffix})
+    for idx, r in enumerate(order_easy_to_hard(train)):
+        e2e.append({**_base_row(by_uid[r.uid]), "idx": idx, "pytorch_code": r.pytorch_code, "cuda_code": r.cuda_code})
+    for r in order_easy_to_hard(heldout):
+        parts = infill_split(r.cuda_code)
+        evaluation.append({**_base_row(by_uid[r.uid]), "pytorch_code": r.pytorch_code, "cuda_code": r.cuda_code,
+                           "prefix": parts.prefix if parts else "", "middle": parts.middle if parts else "",
+                           "suffix": parts.suffix if parts else ""})
+    for name, rows in (("sft.jsonl", sft), ("infill_tasks.jsonl", infill), ("e2e_tasks.jsonl", e2e),
+                       ("eval_heldout.jsonl", evaluation)):
+        _write_jsonl(out / name, rows)
+    return {"sft": len(sft), "infill_tasks": len(infill), "e2e_tasks": len(e2e), "eval_heldout": len(evaluation),
+            "heldout_families": plan.families, "heldout_compositions": plan.compositions}
+
+
+COMPILE_ONLY_NOTE = """UNVERIFIED: these pairs were only compiled (no CUDA device was used), so neither numerical
+correctness nor speed was checked and the speedup filter was NOT applied. Do not train on them as CuKe data;
+rebuild on a GPU machine without --compile-only to get the validated, speedup-filtered sets.
+"""
+
+
+def run_build(config: BuildConfig) -> dict:
+    """Run the whole build; returns the stats dictionary (also written to stats.json / stats.md)."""
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    records = load_records(config)
+    outcomes = {r.uid: Outcome(r, "pending") for r in records}
+
+    dedup = cached_dedup(out, records, config.dedup_threshold)
+    for index, kind, other, similarity in dedup.dropped:
+        o = outcomes[records[index].uid]
+        o.status, o.reason = "duplicate", f"{kind}_duplicate"
+        o.extra = {"duplicate_of": records[other].uid, "similarity": round(similarity, 3)}
+    unique = [records[i] for i in dedup.kept]
+
+    contamination: list[dict] = []
+    if config.decontaminate is not None:
+        index = ContaminationIndex(Path(config.decontaminate))
+        clean = []
+        for r in unique:
+            problem, candidate = index.overlap(r.pytorch_code), index.overlap(r.cuda_code)
+            worst = max(problem, candidate, key=lambda o: o.fraction)
+            excluded = worst.fraction >= config.decontam_threshold
+            contamination.append({"id": r.uid, "problem_overlap": round(problem.fraction, 4),
+                                  "candidate_overlap": round(candidate.fraction, 4), "closest_file": worst.source,
+                                  "excluded": excluded})
+            if excluded:
+                outcomes[r.uid].status, outcomes[r.uid].reason = "contaminated", "benchmark_overlap"
+            else:
+                clean.append(r)
+        _write_jsonl(out / "decontamination.jsonl", contamination)
+        unique = clean
+
+    shard = [r for r in unique if in_shard(r.uid, config.shard_index, config.shard_count)]
+    # a deterministic shuffle: --limit (or a run cut short by --max-seconds) samples every family, not the first few
+    shard.sort(key=lambda r: hashlib.sha256(b"order:" + r.uid.encode()).digest())
+    if config.limit is not None:
+        shard = shard[:config.limit]
+    mode = "compile_only" if config.compile_only else "gpu"
+    store = ResultStore(out, config.shard_index, config.shard_count, mode)
+    done = store.load_all()
+    pending = [r for r in shard if r.uid not in done]
+    validated, seconds, gpus = validate_pending(pending, store, config)
+    done = store.load_all()
+
+    for r in unique:
+        row = done.get(r.uid)
+        if row is None:
+            continue
+        o = outcomes[r.uid]
+        o.verdict = row["verdict"]
+        o.speedup = row["verdict"].get("speedup")
+        o.status, o.reason = classify(row["verdict"], config.min_speedup, config.drop_flags, config.compile_only)
+
+    datasets: dict = {}
+    if config.compile_only:
+        compiled = [o for o in outcomes.values() if o.status == "compiled_unverified"]
+        folder = out / "compile_only_unverified"
+        folder.mkdir(exist_ok=True)
+        (folder / "README.txt").write_text(COMPILE_ONLY_NOTE, encoding="utf-8")
+        _write_jsonl(folder / "pairs.jsonl", [{**_base_row(o), "pytorch_code": o.record.pytorch_code,
+                                               "cuda_code": o.record.cuda_code, "verified": False} for o in compiled])
+        datasets = {"compile_only_unverified": len(compiled)}
+    else:
+        kept = [o for o in outcomes.values() if o.status == "kept"]
+        datasets = emit_datasets(out, kept, config.heldout_families)
+
+    run = {"validated_this_run": validated, "remaining_in_shard": len(pending) - validated, "validation_seconds": round(seconds, 1), "gpus": gpus,
+           "total_seconds": round(time.perf_counter() - t_start, 1),
+           "pairs_per_minute": round(60 * validated / seconds, 1) if seconds else None,
+           "pairs_per_gpu_minute": round(60 * validated / (seconds * gpus), 1) if seconds and gpus else None}
+    return write_report(out, config, list(outcomes.values()), datasets, run, len(contamination))
