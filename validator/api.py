@@ -280,6 +280,10 @@ class ValidatorPool:
             "compile_config": {**asdict(self.compile_config), "cache_dir": str(self.compile_config.cache_dir)},
         }
         worker = self._idle.get()
+        modules = {entry["module_name"]: entry["so_path"] for entry in work.prebuilt.values()}
+        if any(worker.loaded_modules.get(name, path) != path for name, path in modules.items()):
+            worker = self._swap(worker)
+        worker.loaded_modules.update(modules)
         start = time.monotonic()
         try:
             result = worker.run_job(job, budget.total_timeout_s + budget.compile_timeout_s)
@@ -293,12 +297,28 @@ class ValidatorPool:
             verdict.stage_times["gpu"] = time.monotonic() - start
             self._replace(worker)
             return
+        if result.get("failure_code") == "stale_extension":
+            # Built inside the worker under a name it had already imported: judge it again in a fresh process.
+            worker = self._swap(worker)
+            try:
+                result = worker.run_job(job, budget.total_timeout_s + budget.compile_timeout_s)
+            except WorkerError as exc:
+                verdict.failure_code, verdict.failure = exc.kind, f"the candidate crashed the worker process: {exc}"
+                self._replace(worker)
+                return
         if result.get("recycle") or worker.jobs_done >= self.MAX_JOBS_PER_WORKER:
             self._replace(worker)
         else:
             self._idle.put(worker)
         _merge_result(verdict, result)
         verdict.stage_times["gpu"] = time.monotonic() - start
+
+    def _swap(self, worker: WorkerProcess) -> WorkerProcess:
+        """A fresh worker in place of an idle one, for the caller's own use (not put back in the idle queue)."""
+        worker.kill()
+        fresh = WorkerProcess(gpu_index=worker.gpu_index)
+        self._workers[self._workers.index(worker)] = fresh
+        return fresh
 
     def _replace(self, worker: WorkerProcess) -> None:
         """Discard a worker (hung, crashed or with a broken CUDA context) and start a fresh one in the background."""

@@ -107,6 +107,10 @@ def _exec_module(source: str, filename: str, prefix: str) -> types.ModuleType:
     return module
 
 
+# Extension modules imported by this worker process, name -> .so path (see ExtensionLoader._import).
+_IMPORTED_EXTENSIONS: dict[str, str] = {}
+
+
 class ExtensionLoader:
     """Replaces torch's load_inline/load while the candidate imports: prebuilt objects are imported directly;
     anything the caller could not resolve statically is built here with the same builder (same cache)."""
@@ -153,6 +157,11 @@ class ExtensionLoader:
                                        compiler_log=result.log,
                                        diagnostics=[d.__dict__ for d in result.diagnostics])
             entry = {"module_name": result.module_name, "so_path": result.so_path}
+        previous = _IMPORTED_EXTENSIONS.setdefault(entry["module_name"], entry["so_path"])
+        if previous != entry["so_path"]:
+            # This process would hand back the binary imported first under that name: never judge a stale one.
+            raise CandidateFailure("stale_extension", f"extension module {entry['module_name']} was already "
+                                                      f"imported in this worker from another build")
         loader = importlib.machinery.ExtensionFileLoader(entry["module_name"], entry["so_path"])
         module_spec = importlib.util.spec_from_file_location(entry["module_name"], entry["so_path"], loader=loader)
         module = importlib.util.module_from_spec(module_spec)
@@ -692,7 +701,7 @@ def _run_job(msg: dict, channel: Channel) -> dict:
         outcome.update(passed=True)
     except CandidateFailure as failure:
         outcome = {"passed": False, "failure_code": failure.code, "failure": str(failure), **failure.details}
-        recycle = not _cuda_is_healthy()
+        recycle = failure.code == "stale_extension" or not _cuda_is_healthy()
     except torch.cuda.OutOfMemoryError as exc:
         outcome = {"passed": False, "failure_code": "runtime_error", "failure": f"GPU out of memory: {exc}"[:600]}
         recycle = not _cuda_is_healthy()

@@ -69,6 +69,9 @@ class WorkerProcess:
     proc: subprocess.Popen | None = None
     jobs_done: int = 0
     device_name: str | None = None
+    # Extension modules this process has imported, name -> .so path. A process keeps the first module imported
+    # under a name, so a different binary with the same name needs a fresh worker.
+    loaded_modules: dict[str, str] = field(default_factory=dict)
     _start_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def start(self) -> None:
