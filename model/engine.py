@@ -100,6 +100,7 @@ class ForwardRunner:
             return needed
         return min(capacity, -(-needed // self.length_bucket) * self.length_bucket)
 
+    @torch.inference_mode()
     def __call__(self, input_ids, positions, cache: KVCache, logits_slice: slice) -> torch.Tensor:
         mask = block_causal_mask(positions, torch.arange(cache.length, device=positions.device),
                                  self.model.config.block_size)
