@@ -59,6 +59,7 @@ class KVCache:
     Each forward writes its keys/values at its tokens' positions, then attends to the first `length` slots.
     A denoising pass over a block rewrites that block's slots each step; they become final on the pass where
     the block is clean, so "KV written only for finalised blocks" holds for every slot that is read later.
+    `length` is the number of slots the default mask lets a forward attend to.
     """
 
     def __init__(self, config: DiceConfig, batch_size: int, max_length: int, device, dtype):
@@ -72,11 +73,11 @@ class KVCache:
     def max_length(self) -> int:
         return self.k.shape[3]
 
-    def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        # k, v: [B, H_kv, Q, D] -> written at [b, :, positions[b, q]]
+    def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
+        """Writes k, v [B, H_kv, Q, D] at [b, :, positions[b, q]]; returns the first `length` slots."""
         self.k[layer][self._rows, :, positions] = k.transpose(1, 2)
         self.v[layer][self._rows, :, positions] = v.transpose(1, 2)
-        return self.k[layer][:, :, : self.length], self.v[layer][:, :, : self.length]
+        return self.k[layer][:, :, :length], self.v[layer][:, :, :length]
 
 
 class Attention(nn.Module):
@@ -101,7 +102,9 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, q_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if kv_cache is not None:
-            k, v = kv_cache.update(self.layer_index, position_ids, k, v)
+            # The attended length comes from the mask's shape, not from a Python int, so one compiled graph
+            # (dynamic shapes) serves every length instead of recompiling per length.
+            k, v = kv_cache.update(self.layer_index, position_ids, k, v, attn_mask.shape[-1])
         if BlockMask is not None and isinstance(attn_mask, BlockMask):
             out = flex_attention(q, k, v, block_mask=attn_mask, enable_gqa=self.n_heads != self.n_kv_heads)
         else:
@@ -181,6 +184,8 @@ class DiceForBlockDiffusion(nn.Module):
         if attn_mask is None:
             keys = torch.arange(kv_cache.length, device=input_ids.device) if kv_cache is not None else position_ids
             attn_mask = block_causal_mask(position_ids, keys, self.config.block_size)
+        elif kv_cache is not None and not isinstance(attn_mask, torch.Tensor):
+            raise ValueError("with a KV cache the attention mask must be a boolean tensor [B, 1, Q, attended slots]")
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.model.rotary_emb(position_ids, x.dtype)
         for layer in self.model.layers:
