@@ -87,7 +87,8 @@ def random_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> list[l
 
 
 def ours_tokens_per_s(engine, prompts, new_tokens, threshold) -> tuple[float, float]:
-    engine.generate(prompts, max_new_tokens=2 * engine.config.block_size, strategy="dynamic", stop=[])  # warm graphs
+    # Warm up with the same lengths, so compilation and graph capture of every length bucket happen before timing.
+    engine.generate(prompts, max_new_tokens=new_tokens, strategy="dynamic", threshold=threshold, stop=[])
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     out = engine.generate(prompts, max_new_tokens=new_tokens, strategy="dynamic", threshold=threshold, stop=[])
@@ -155,8 +156,8 @@ def hf_ar_tokens_per_s(model, prompts, new_tokens, compiled: bool) -> float:
         # With a static cache, generate() compiles its decoding step itself (CompileConfig: reduce-overhead,
         # i.e. CUDA graphs); wrapping forward by hand breaks on transformers 5's cache bookkeeping.
         hf.generation_config.cache_implementation = "static"
-        for _ in range(2):  # compile and capture
-            hf.generate(ids, **{**kwargs, "max_new_tokens": 8, "min_new_tokens": 8})
+        for _ in range(2):  # compile and capture at the timed run's cache size (it depends on max_new_tokens)
+            hf.generate(ids, **kwargs)
     else:
         hf.generate(ids, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
     torch.cuda.synchronize()

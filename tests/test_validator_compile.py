@@ -118,3 +118,13 @@ def test_honest_candidate_gives_compile_only_verdict_and_is_cached(tmp_path):
         again = pool.validate(Problem.from_source(REFERENCE), Candidate.from_source(HONEST), budget=patient)
     assert again.passed and again.cached_build and again.stage_times["compile"] < 1.0
     assert list(Path(tmp_path / "cache").rglob("*.so"))
+
+
+def test_a_header_missing_inside_the_toolkit_is_blamed_on_the_machine_not_the_kernel():
+    from dice_copilot.validator.api import _missing_toolkit_header
+
+    torch_side = ("/usr/lib/python3/site-packages/torch/include/ATen/cuda/CUDAContextLight.h:7:10: "
+                  "fatal error: cusparse.h: No such file or directory")
+    assert _missing_toolkit_header(torch_side) == ("cusparse.h", "ATen/cuda/CUDAContextLight.h")
+    # A header the candidate itself includes is the candidate's error.
+    assert _missing_toolkit_header("/tmp/build/cuda.cu:3:10: fatal error: mine.h: No such file or directory") is None

@@ -706,3 +706,11 @@ def test_lines_stay_right_after_form_feeds_and_crlf():
     source = candidate(prelude="\x0c\n", host_extra="cudaStream_t s;\ncudaStreamCreate(&s);").replace("\n", "\r\n")
     finding = next(f for f in check_static(source, "ide") if f.code == "side_stream")
     assert finding.line == line_of(source, "cudaStreamCreate(")
+
+
+def test_a_file_holding_both_the_reference_and_model_new_is_not_a_reference_copy():
+    """The editor case: Model and ModelNew side by side in one file, validated against that same file."""
+    source = (Path(__file__).parents[1] / "examples" / "inline_bias_relu.py").read_text()
+    for policy in ("ide", "strict"):
+        errors = [f for f in check_static(source, policy, reference_source=source) if f.severity == "error"]
+        assert errors == [], errors

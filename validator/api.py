@@ -232,6 +232,13 @@ class ValidatorPool:
                     verdict.failure_code = "timeout"
                     verdict.failure = (f"compilation of extension '{spec.name}' did not finish within "
                                        f"{work.budget.compile_timeout_s:.0f} s and was killed")
+                elif missing := _missing_toolkit_header(result.log):
+                    header, includer = missing
+                    verdict.failure_code = "environment"
+                    verdict.failure = (f"this machine's CUDA toolkit lacks `{header}`, which `{includer}` includes: "
+                                       f"the kernel could not be checked here (not a fault of the kernel). Install "
+                                       f"the CUDA toolkit's development headers (e.g. the cuda-libraries-dev "
+                                       f"package) or point nvcc.path at a complete toolkit")
                 else:
                     verdict.failure_code = "compile_error"
                     first = next((d for d in verdict.diagnostics if d.severity == "error"), None)
@@ -371,6 +378,17 @@ def default_pool() -> ValidatorPool:
             _default_pool = ValidatorPool()
             atexit.register(_default_pool.shutdown)
         return _default_pool
+
+
+def _missing_toolkit_header(log: str) -> tuple[str, str] | None:
+    """(header, including file) when a header is missing from inside torch's or CUDA's own headers: a broken
+    install (e.g. no cuSPARSE headers for ATen/cuda/CUDAContext.h), not an error in the candidate."""
+    match = re.search(r"^(\S+?/(?:torch/include|cuda[^/]*/(?:targets/[^/]+/)?include)/\S+?):\d+(?::\d+)?: "
+                      r"(?:fatal )?error: (\S+?): No such file or directory", log, re.MULTILINE)
+    if match is None:
+        return None
+    includer = match.group(1).split("/include/", 1)[-1]
+    return match.group(2), includer
 
 
 def validate(problem, candidate, policy: str = "ide", budget: Budget | None = None,

@@ -1167,7 +1167,9 @@ def _call_target(node: ast.AST) -> ast.AST:
 
 
 def _reference_classes(reference_source: str | None) -> tuple[set[str], set[str]]:
-    """Names of the reference's classes (always `Model`) and dumps of their forward bodies."""
+    """Names of the reference's classes (always `Model`) and dumps of their forward bodies.
+
+    A user's file often holds the reference and its ModelNew side by side; ModelNew itself is never the reference."""
     names = {"Model"}
     forwards: set[str] = set()
     if reference_source:
@@ -1176,7 +1178,7 @@ def _reference_classes(reference_source: str | None) -> tuple[set[str], set[str]
         except SyntaxError:
             return names, forwards
         for node in tree.body:
-            if isinstance(node, ast.ClassDef):
+            if isinstance(node, ast.ClassDef) and node.name != "ModelNew":
                 names.add(node.name)
                 for item in node.body:
                     if isinstance(item, ast.FunctionDef) and item.name == "forward":
