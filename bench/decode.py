@@ -16,6 +16,7 @@ import torch
 
 from dice_copilot.model.config import DiceConfig
 from dice_copilot.model.engine import BlockDiffusionEngine
+from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import DiceForBlockDiffusion, KVCache
 
 
@@ -78,6 +79,32 @@ def forward_latency_ms(engine: BlockDiffusionEngine, context: int) -> float:
     ms = cuda_time_ms(lambda: engine.runner(ids, positions, cache, slice(size, 2 * size)), repeats=50)
     engine.runner.release(cache)
     return ms
+
+
+PROFILED = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+
+
+def profile_forward(engine: BlockDiffusionEngine, context: int, path: str) -> None:
+    """Kernel-level breakdown of one denoising pass (the compiled model without the graph, so each kernel shows),
+    written as a table sorted by GPU time: where the gap to the memory floor goes."""
+    config = engine.config
+    size = config.block_size
+    cache = KVCache(config, 1, context + 4 * size, engine.device, torch.bfloat16)
+    positions = (torch.arange(-size, size, device=engine.device) + context)[None]
+    ids = torch.randint(0, config.vocab_size, positions.shape, device=engine.device)
+    cache.length = context + size
+    mask = block_causal_mask(positions, torch.arange(cache.length, device=engine.device), size)
+    forward = engine.runner._forward
+    with torch.inference_mode():
+        for _ in range(3):
+            forward(ids, positions, attn_mask=mask, kv_cache=cache, logits_slice=slice(size, 2 * size))
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=PROFILED) as prof:
+            for _ in range(5):
+                forward(ids, positions, attn_mask=mask, kv_cache=cache, logits_slice=slice(size, 2 * size))
+            torch.cuda.synchronize()
+    with open(path, "w") as f:
+        f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
 
 
 def random_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -189,6 +216,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ar-new-tokens", type=int, default=64, help="plain generate() is slow: fewer tokens")
     parser.add_argument("--skip", default="", help="comma list of rows to skip: compiled,plain,reference,large")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--profile", default=None, metavar="FILE",
+                        help="also write a per-kernel GPU-time table of one compiled denoising pass to FILE")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench/decode.py needs a CUDA device", file=sys.stderr)
@@ -209,6 +238,8 @@ def main(argv=None) -> int:
     results.update(copy_bandwidth_gbs=bandwidth, weight_gb=weight_bytes(model) / 1e9, floor_ms=floor_ms,
                    forward_ms=latency, forward_ms_graph_without_compile=eager_graph_ms)
     print(f"forward at batch 1: {latency:.3f} ms vs floor {floor_ms:.3f} ms ({latency / floor_ms:.2f}x)", flush=True)
+    if args.profile:
+        profile_forward(engine, 1024, args.profile)
 
     vocab = model.config.vocab_size
     rows = []

@@ -18,7 +18,7 @@ mkdir -p "$out"
 case "$part" in
     tests)        timeout 560 python3 -m pytest -q -rA --timeout 300 -m gpu -p no:cacheprovider tests 2>&1 \
                       | tee "$out/gpu_tests.log" | grep -E "^(PASSED|FAILED|ERROR)|passed|failed" ;;
-    decode)       timeout 560 python3 bench/decode.py --out "$out/decode.json" 2>&1 | grep -v cudagraph_utils \
+    decode)       timeout 560 python3 bench/decode.py --out "$out/decode.json" --profile "$out/decode_profile.txt" 2>&1 | grep -v cudagraph_utils \
                       | tee "$out/decode.log" | tail -40 ;;
     validator)    timeout 560 python3 bench/validator_bench.py --parts ours,batch --out "$out/validator_a.json" 2>&1 \
                       | tee "$out/validator_a.log" | tail -40 ;;
