@@ -198,7 +198,10 @@ class InfillService:
         prefix, suffix, prompt, answer_tokens = backend.fit_infill_prompt(loaded, reference.source if reference else "",
                                                            request.prefix, request.suffix, settings.maxNewTokens)
         if prompt is None:
-            server.log(f"{job.id}: the reference module alone is too long for the checkpoint's context window")
+            server.log(f"{job.id}: no room for an answer: the instructions and the reference module plus "
+                       f"maxNewTokens={settings.maxNewTokens} answer tokens exceed the checkpoint's "
+                       f"{loaded.engine.config.max_position_embeddings} positions even with the code around the "
+                       f"cursor left out; lower diceCopilot.maxNewTokens or use a shorter reference")
             return CacheEntry(request.uri, request.prefix, request.suffix, request.params, (), "promptTooLong",
                               time.monotonic())
         generation = backend.GenerationRequest(

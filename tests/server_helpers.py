@@ -9,10 +9,13 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, client_capabilities
+
+from dice_copilot.server.backend import SCRIPTED_COMPLETIONS_ENV
 
 
 TOKENIZER_CORPUS = [
@@ -106,6 +109,73 @@ class ModelNew(nn.Module):
         return double_ext.double_it(x)
 '''
 PY_STRING_HOLE = (9, 4)
+
+
+# The GPU infill test's case (test_server_gpu.py): `double_kernel.py` with a hole, its sibling reference `double.py`,
+# and two scripted middles, the wrong one first.
+DOUBLE_CORRECT = "if (i < n) out[i] = x[i] * 2.0f;"
+DOUBLE_WRONG = "if (i < n) out[i] = x[i] * 3.0f;"
+
+
+@dataclass
+class ReferenceInfillCase:
+    workspace: Path
+    kernel_path: Path
+    filled: str  # the kernel file with DOUBLE_CORRECT in its hole
+    settings: dict
+    env: dict
+
+
+def reference_infill_case(tmp_path: Path, tmp_path_factory) -> ReferenceInfillCase:
+    """The workspace, script and settings of the GPU infill test, shared with its CPU twin so that the CPU suite
+    catches a setup that can never reach the validator.
+
+    The infill prompt carries the instructions and the reference module. With the tiny checkpoint's 300-token
+    tokenizer they take ~3,700 of its 4,096 positions: the default 512-token answer budget does not fit at all
+    (promptTooLong, an empty answer on any machine), and even a small one leaves room for only a few lines of the
+    cursor's context. So maxNewTokens is small, and the scripted entry keys on `double_it`, which stays in the
+    trimmed suffix (`double_kernel` is trimmed away)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "double.py").write_text(REFERENCE_PY)  # the sibling reference of double_kernel.py
+    kernel_path = workspace / "double_kernel.py"
+    kernel_path.write_text(PY_WITH_STRING)
+    filled = PY_WITH_STRING.split("\n")
+    line, character = PY_STRING_HOLE
+    filled[line] = filled[line][:character] + DOUBLE_CORRECT + filled[line][character:]
+    filled = "\n".join(filled)
+    script = write_script(tmp_path / "script.json",
+                          infill=[{"when": "double_it", "middles": [DOUBLE_WRONG, DOUBLE_CORRECT]}],
+                          kernel=[{"when": "class Model", "modules": [filled]}])
+    settings = {"checkpoint": str(make_tiny_checkpoint(tmp_path / "ck")), "invokedBudgetMs": 600_000,
+                "maxCandidates": 2, "maxNewTokens": 32, "validation": {"timeoutS": 600}}
+    env = {SCRIPTED_COMPLETIONS_ENV: str(script), "DICE_COPILOT_CACHE": str(shared_build_cache(tmp_path_factory))}
+    return ReferenceInfillCase(workspace, kernel_path, filled, settings, env)
+
+
+def session_report(client) -> str:
+    """What the server told the client (status notifications, window/logMessage, window/showMessage, progress), for
+    a failing end-to-end test to print: the server logs every verdict and every reason it answers empty."""
+    parts = ["== diceCopilot/status =="]
+    parts += [json.dumps(status, default=str) for status in statuses(client)]
+    parts.append("== window/logMessage ==")
+    parts += [message.message for message in client.log_messages]
+    parts.append("== window/showMessage ==")
+    parts += [message.message for message in client.messages]
+    parts.append("== $/progress ==")
+    parts += [f"{token}: {getattr(report, 'message', None) or getattr(report, 'title', '')}"
+              for token, reports in client.progress_reports.items() for report in reports]
+    return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def report_on_failure(client):
+    """Print `session_report` when the block fails (pytest shows it under "Captured stdout call")."""
+    try:
+        yield
+    except BaseException:
+        print(session_report(client))
+        raise
 
 
 def shared_build_cache(tmp_path_factory) -> Path:
