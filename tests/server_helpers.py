@@ -16,14 +16,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, client_capabilities
 
 from dice_copilot.server.backend import SCRIPTED_COMPLETIONS_ENV
-
-
-TOKENIZER_CORPUS = [
-    "__global__ void scale_kernel(const float* x, float* out, float s, int n) {\n"
-    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) out[i] = x[i] * s;\n}\n",
-    "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n        return x * 2\n",
-    "<|im_start|>user\nWrite a CUDA kernel.<|im_end|>\n<|im_start|>assistant\n```python\nprint('ok')\n```",
-] * 20
+from model_helpers import TOKENIZER_CORPUS
 
 
 def make_tiny_checkpoint(folder: Path, seed: int = 0) -> Path:
