@@ -463,14 +463,20 @@ def did_partially_accept(ls: DiceCopilotServer, params: Any) -> None:
 # ---- kernel generation, validation, jobs ----------------------------------------------------------------------------
 
 
+def _python_analysis(ls: DiceCopilotServer, uri: str):
+    """(document, analysis) of an open Python document that is small enough to analyse, else (document, None)."""
+    document = ls.workspace.text_documents.get(uri)
+    if document is None or document_kind(document.uri, document.language_id) != "python":
+        return document, None
+    analysis = ls.analysis(document)
+    return document, None if analysis.too_large else analysis
+
+
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
                 types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.RefactorRewrite]))
 def code_actions(ls: DiceCopilotServer, params: types.CodeActionParams):
-    document = ls.workspace.text_documents.get(params.text_document.uri)
-    if document is None or document_kind(document.uri, document.language_id) != "python":
-        return None
-    analysis = ls.analysis(document)
-    if analysis.too_large:
+    document, analysis = _python_analysis(ls, params.text_document.uri)
+    if analysis is None:
         return None
     encoding = ls.position_encoding
     start = analysis.lines.offset(params.range.start.line, params.range.start.character, encoding)
@@ -487,11 +493,8 @@ def code_actions(ls: DiceCopilotServer, params: types.CodeActionParams):
 
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS, types.CodeLensOptions(resolve_provider=False))
 def code_lenses(ls: DiceCopilotServer, params: types.CodeLensParams):
-    document = ls.workspace.text_documents.get(params.text_document.uri)
-    if document is None or document_kind(document.uri, document.language_id) != "python":
-        return None
-    analysis = ls.analysis(document)
-    if analysis.too_large:
+    document, analysis = _python_analysis(ls, params.text_document.uri)
+    if analysis is None:
         return None
     lenses = []
     for module in find_module_classes(analysis.text):
