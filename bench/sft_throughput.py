@@ -91,10 +91,13 @@ def run_setup(torch, setup: Setup, args, samples, peak: float, spec_peak: float 
                     gradient_checkpointing=checkpointing, mixed_precision="bf16", output_dir=tmp,
                     tensorboard=False, progress_bar=False, save_every_steps=0,
                 )
+                print(f"{setup.name}: training {args.warmup} + {args.steps} steps "
+                      f"(gradient_checkpointing={checkpointing}) ...", flush=True)
                 started = time.perf_counter()
                 result = run_training(config, model, None, samples, save_outputs=False)
                 wall = time.perf_counter() - started
         except torch.cuda.OutOfMemoryError:
+            print(f"{setup.name}: out of memory with gradient_checkpointing={checkpointing}", flush=True)
             row["status"] = f"OOM (gradient_checkpointing={checkpointing})"
             model = None
             gc.collect()
@@ -109,6 +112,8 @@ def run_setup(torch, setup: Setup, args, samples, peak: float, spec_peak: float 
             peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30, first_loss=result.losses[0][1],
             last_loss=result.losses[-1][1], warmup_wall_s=wall - sum(times),
         )
+        print(f"{setup.name}: {row['tokens_per_s']:.0f} tok/s, MFU {100 * row['mfu']:.1f}% "
+              f"(compile/warm-up {row['warmup_wall_s']:.0f} s)", flush=True)
         del model, result
         break
     # Drop compiled graphs (they hold the model's layers) before the next setup builds its own model.
@@ -124,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="dice-1.7b", help="DiceConfig preset (default dice-1.7b)")
     parser.add_argument("--seq-len", type=int, default=6144, help="clean tokens per packed row (DICE: 6144)")
     parser.add_argument("--batch", type=int, default=1, help="packed rows per step")
-    parser.add_argument("--steps", type=int, default=8, help="timed optimizer steps")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
+    parser.add_argument("--steps", type=int, default=6, help="timed optimizer steps")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation)")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="always recompute activations (otherwise only after an OOM)")
     parser.add_argument("--only", choices=["ours", "baseline"], default=None, help="run one setup")
@@ -146,7 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     reserved = {shape.mask_token_id, shape.pad_token_id, shape.eos_token_id}
     samples = synthetic_samples(shape.vocab_size, reserved, count=400, seed=0)
     setups = [s for s in SETUPS if args.only is None or s.name.startswith(args.only)]
-    rows = [run_setup(torch, setup, args, samples, peak, spec_peak) for setup in setups]
+    print(f"measured bf16 matmul peak {peak / 1e12:.0f} TFLOP/s", flush=True)
+    rows = []
+    for setup in setups:
+        rows.append(run_setup(torch, setup, args, samples, peak, spec_peak))
+        # Written after each setup, so a run cut short by its time limit still leaves its figures.
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"device": device_name, "partial": True, "rows": rows}, indent=2) + "\n")
 
     ours = rows[0] if rows[0]["setup"].startswith("ours") and rows[0]["status"] == "ok" else None
     baseline = next((r for r in rows if r["setup"].startswith("baseline") and r["status"] == "ok"), None)

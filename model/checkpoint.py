@@ -257,7 +257,8 @@ def _fsync_tree(folder: Path) -> None:
 
 def _write_checkpoint(model: DiceForBlockDiffusion, tokenizer: DiceTokenizer, folder: Path, max_shard_bytes: int):
     config: DiceConfig = model.config
-    state = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items() if not _is_ignorable(name)}
+    # A copy: weights of a fused model (fuse_projections) are views of one tensor, which safetensors refuses.
+    state = {name: t.detach().to("cpu", copy=True) for name, t in model.state_dict().items() if not _is_ignorable(name)}
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     dtypes = {t.dtype for t in state.values()}

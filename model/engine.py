@@ -149,6 +149,7 @@ class BlockDiffusionEngine:
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         if next(model.parameters()).device != self.device:
             self.model.to(self.device)
+        self.model.fuse_projections()  # after the move: moving a model undoes the fusion
         if use_cuda_graphs is None:
             use_cuda_graphs = self.device.type == "cuda"
         if compile is None:

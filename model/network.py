@@ -54,30 +54,59 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class KVCache:
-    """Static per-layer key/value buffers [B, H_kv, max_length, D], indexed by absolute position.
+    """Static key/value buffers, one [B, H_kv, max_length, D] tensor per layer, indexed by absolute position.
 
     Each forward writes its keys/values at its tokens' positions, then attends to the first `length` slots.
     A denoising pass over a block rewrites that block's slots each step; they become final on the pass where
     the block is clean, so "KV written only for finalised blocks" holds for every slot that is read later.
     `length` is the number of slots the default mask lets a forward attend to.
+    One tensor per layer (not one stacked tensor) so that a compiled forward scatters into each buffer in place;
+    a write through a view of a stacked buffer makes Inductor copy the whole cache back every pass.
     """
 
     def __init__(self, config: DiceConfig, batch_size: int, max_length: int, device, dtype):
-        shape = (config.num_hidden_layers, batch_size, config.num_key_value_heads, max_length, config.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        shape = (batch_size, config.num_key_value_heads, max_length, config.head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.length = 0
         self._rows = torch.arange(batch_size, device=device)[:, None]
 
     @property
     def max_length(self) -> int:
-        return self.k.shape[3]
+        return self.k[0].shape[2]
+
+    @staticmethod
+    def bytes_per_slot(config: DiceConfig, dtype) -> int:
+        """Cache bytes per (row, position): keys and values of every layer."""
+        element = torch.empty((), dtype=dtype).element_size()
+        return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * element
 
     def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
         """Writes k, v [B, H_kv, Q, D] at [b, :, positions[b, q]]; returns the first `length` slots."""
-        self.k[layer][self._rows, :, positions] = k.transpose(1, 2)
-        self.v[layer][self._rows, :, positions] = v.transpose(1, 2)
-        return self.k[layer][:, :, :length], self.v[layer][:, :, :length]
+        k_cache, v_cache = self.k[layer], self.v[layer]
+        k_cache[self._rows, :, positions] = k.transpose(1, 2)
+        v_cache[self._rows, :, positions] = v.transpose(1, 2)
+        return k_cache[:, :, :length], v_cache[:, :, :length]
+
+
+# Up to this many query tokens per row (a denoising pass: 2 blocks) attention runs as two small batched matmuls
+# with the mask fused into the softmax; fused SDPA kernels are built for long queries and took ~28 us per layer
+# for 8 queries on an H200, where the matmuls take a few.
+SMALL_QUERY_ATTENTION = 64
+
+
+def small_query_attention(q, k, v, mask, n_kv_heads: int) -> torch.Tensor:
+    """Grouped-query attention for few queries: q [B,Hq,Q,D], k/v [B,Hkv,K,D], mask bool [B,1,Q,K] -> [B,Hq,Q,D].
+
+    Query head h reads kv head h // (Hq / Hkv), as Qwen3's repeat_kv does; scores in the model dtype with an fp32
+    softmax, as transformers' eager Qwen3 attention."""
+    b, n_heads, q_len, d = q.shape
+    group = n_heads // n_kv_heads
+    grouped = q.reshape(b, n_kv_heads, group * q_len, d)
+    scores = torch.matmul(grouped, k.transpose(-1, -2)).view(b, n_kv_heads, group, q_len, -1)
+    scores = scores.float().mul(1.0 / math.sqrt(d)).masked_fill(~mask[:, :, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(q.dtype).view(b, n_kv_heads, group * q_len, -1)
+    return torch.matmul(probs, v).view(b, n_heads, q_len, d)
 
 
 class Attention(nn.Module):
@@ -94,12 +123,17 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, config.hidden_size, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.qkv = None  # FusedLinear over q/k/v once fuse_projections() ran
 
     def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache: KVCache | None):
         b, q_len, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, q_len, self.n_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, q_len, self.n_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, q_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if self.qkv is not None and not torch.is_grad_enabled():
+            q, k, v = self.qkv(x)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = self.q_norm(q.view(b, q_len, self.n_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(k.view(b, q_len, self.n_kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.view(b, q_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if kv_cache is not None:
             # The attended length comes from the mask's shape, not from a Python int, so one compiled graph
@@ -107,6 +141,8 @@ class Attention(nn.Module):
             k, v = kv_cache.update(self.layer_index, position_ids, k, v, attn_mask.shape[-1])
         if BlockMask is not None and isinstance(attn_mask, BlockMask):
             out = flex_attention(q, k, v, block_mask=attn_mask, enable_gqa=self.n_heads != self.n_kv_heads)
+        elif kv_cache is not None and q_len <= SMALL_QUERY_ATTENTION:
+            out = small_query_attention(q, k, v, attn_mask, self.n_kv_heads)
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, scale=1.0 / math.sqrt(self.head_dim),
@@ -121,9 +157,43 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_up = None  # FusedLinear over gate/up once fuse_projections() ran
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up is not None and not torch.is_grad_enabled():
+            gate, up = self.gate_up(x)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class FusedLinear:
+    """Several nn.Linear layers on the same input as one matmul, for inference.
+
+    The fused weight is one tensor and each original layer's weight (and bias) is re-pointed at its rows, so memory
+    is not doubled, state_dict() keeps the checkpoint's names, and in-place updates (load_state_dict, an
+    optimizer step) reach both views. The fused path only runs without autograd (its weight is not a parameter),
+    so training through a fused model still sends gradients to the original layers. Few-token decoding is bound by per-matmul latency, not bytes, so three
+    matmuls over 2k-row weights cost about twice one over the stacked weight.
+    A plain object, not a module, so the fused tensors do not appear twice among the parameters.
+    """
+
+    def __init__(self, layers: list[nn.Linear]):
+        self.sizes = [layer.out_features for layer in layers]
+        with torch.no_grad():
+            self.weight = torch.cat([layer.weight for layer in layers])
+            has_bias = [layer.bias is not None for layer in layers]
+            if any(has_bias) and not all(has_bias):
+                raise ValueError("cannot fuse linear layers where only some have a bias")
+            self.bias = torch.cat([layer.bias for layer in layers]) if all(has_bias) else None
+        for layer, rows in zip(layers, self.weight.split(self.sizes)):
+            layer.weight = nn.Parameter(rows, requires_grad=layer.weight.requires_grad)
+        if self.bias is not None:
+            for layer, part in zip(layers, self.bias.split(self.sizes)):
+                layer.bias = nn.Parameter(part, requires_grad=layer.bias.requires_grad)
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return F.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
 
 
 class DecoderLayer(nn.Module):
@@ -160,6 +230,22 @@ class DiceForBlockDiffusion(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.gradient_checkpointing = False
         self.apply(self._init_weights)
+
+    def fuse_projections(self) -> None:
+        """Stack q/k/v and gate/up weights for inference (see FusedLinear). Idempotent; the model stays savable and
+        trainable. Moving the model (.to(), .half(), ...) undoes the fusion (the moved weights are new tensors), as
+        does load_state_dict(assign=True); call it again afterwards."""
+        for layer in self.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            if attn.qkv is None:
+                attn.qkv = FusedLinear([attn.q_proj, attn.k_proj, attn.v_proj])
+            if mlp.gate_up is None:
+                mlp.gate_up = FusedLinear([mlp.gate_proj, mlp.up_proj])
+
+    def _apply(self, fn, *args, **kwargs):
+        for layer in self.model.layers:
+            layer.self_attn.qkv = layer.mlp.gate_up = None
+        return super()._apply(fn, *args, **kwargs)
 
     def _init_weights(self, module):
         # Qwen3's initializer_range; only matters for models trained from scratch.

@@ -1,0 +1,98 @@
+"""The network's inference paths: fused projections and small-query attention equal the plain ones; the KV cache."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dice_copilot.model import checkpoint
+from dice_copilot.model.config import DiceConfig
+from dice_copilot.model.masks import block_causal_mask
+from dice_copilot.model.network import DiceForBlockDiffusion, KVCache, small_query_attention
+from dice_copilot.model.tokenizer import DiceTokenizer
+
+from model_helpers import write_tokenizer
+
+
+def tiny_model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return DiceForBlockDiffusion(DiceConfig.from_name("tiny", **overrides)).eval()
+
+
+def logits_of(model, ids):
+    positions = torch.arange(ids.shape[1])[None].expand(ids.shape[0], -1)
+    with torch.no_grad():
+        return model(ids, positions)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_projections_give_the_same_logits_and_keep_the_checkpoint_names(bias):
+    model = tiny_model(attention_bias=bias)
+    if bias:  # non-zero biases, so a wrongly split fused bias would show
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.bias.uniform_(-0.5, 0.5)
+                layer.self_attn.v_proj.bias.uniform_(-0.5, 0.5)
+    ids = torch.randint(0, 200, (2, 11))
+    names = list(model.state_dict())
+    plain = logits_of(model, ids)
+    model.fuse_projections()
+    assert model.model.layers[0].self_attn.qkv is not None
+    torch.testing.assert_close(logits_of(model, ids), plain, rtol=1e-5, atol=1e-5)
+    assert list(model.state_dict()) == names
+    # The layers' weights are views of the fused tensor: an in-place update reaches the fused matmul.
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.mul_(2.0)
+    fused_after_update = logits_of(model, ids)
+    model.model.layers[0].mlp.gate_up = None
+    torch.testing.assert_close(fused_after_update, logits_of(model, ids), rtol=1e-5, atol=1e-5)
+
+
+def test_a_fused_model_still_trains_and_saves(tmp_path):
+    model = tiny_model()
+    model.fuse_projections()
+    ids = torch.randint(0, 200, (1, 8))
+    positions = torch.arange(8)[None]
+    model.train()
+    model(ids, positions).float().pow(2).mean().backward()
+    grad = model.model.layers[0].self_attn.k_proj.weight.grad
+    assert grad is not None and grad.abs().sum() > 0  # autograd goes through the original layers
+    folder = checkpoint.save(model.eval(), DiceTokenizer.from_dir(write_tokenizer(tmp_path / "tok"), mask_token_id=3), tmp_path / "ck")
+    loaded, _ = checkpoint.load(folder, dtype="float32")
+    torch.testing.assert_close(logits_of(loaded, ids), logits_of(model, ids), rtol=1e-5, atol=1e-5)
+
+
+def test_moving_a_fused_model_undoes_the_fusion():
+    model = tiny_model()
+    model.fuse_projections()
+    model.to(torch.float64)
+    assert model.model.layers[0].self_attn.qkv is None and model.model.layers[0].mlp.gate_up is None
+    ids = torch.randint(0, 200, (1, 6))
+    assert logits_of(model, ids).dtype == torch.float64
+
+
+def test_small_query_attention_equals_sdpa_with_grouped_heads():
+    torch.manual_seed(0)
+    batch, heads, kv_heads, queries, keys, dim = 2, 8, 2, 8, 40, 16
+    q = torch.randn(batch, heads, queries, dim)
+    k, v = torch.randn(batch, kv_heads, keys, dim), torch.randn(batch, kv_heads, keys, dim)
+    query_positions = torch.tensor([[16, 17, 18, 19, 20, 21, 22, 23], [28, 29, 30, 31, 32, 33, 34, 35]])
+    mask = block_causal_mask(query_positions, torch.arange(keys), 4)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / math.sqrt(dim), enable_gqa=True)
+    torch.testing.assert_close(small_query_attention(q, k, v, mask, kv_heads), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_writes_each_rows_tokens_at_its_own_positions():
+    config = DiceConfig.from_name("tiny")
+    cache = KVCache(config, 2, 16, "cpu", torch.float32)
+    k = torch.randn(2, config.num_key_value_heads, 3, config.head_dim)
+    v = torch.randn_like(k)
+    positions = torch.tensor([[4, 5, 6], [9, 10, 11]])
+    keys, values = cache.update(1, positions, k, v, length=12)
+    assert keys.shape[2] == 12
+    torch.testing.assert_close(keys[0, :, 4:7], k[0])
+    torch.testing.assert_close(values[1, :, 9:12], v[1])
+    assert cache.k[1][0, :, 9:12].abs().sum() == 0 and cache.k[0].abs().sum() == 0  # nothing else written
+    assert KVCache.bytes_per_slot(config, torch.bfloat16) == (
+        2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2)
