@@ -267,10 +267,13 @@ _CUDA_SOURCES_KW = re.compile(r"\bcuda_sources\s*=")
 _LOAD_INLINE_CALL = re.compile(r"\bload_inline\s*\(")
 
 
-def _call_argument_span(text: str, open_paren: int, strings: list[PyString]) -> int:
-    """Offset of the `)` closing the call whose `(` is at `open_paren` (strings skipped), or the end of the text."""
+def _call_arguments(text: str, open_paren: int, strings: list[PyString]) -> tuple[int, list[tuple[int, int]]]:
+    """For the call whose `(` is at `open_paren`: the offset of its closing `)` (or the end of the text) and the
+    spans of its comma-separated top-level arguments; strings and comments are skipped."""
     string_at = {literal.start: literal.end for literal in strings}
+    spans = []
     depth = 0
+    begin = open_paren + 1
     index = open_paren
     while index < len(text):
         if index in string_at:
@@ -282,13 +285,18 @@ def _call_argument_span(text: str, open_paren: int, strings: list[PyString]) -> 
         elif char in ")]}":
             depth -= 1
             if depth == 0:
-                return index
+                break
+        elif char == "," and depth == 1:
+            spans.append((begin, index))
+            begin = index + 1
         elif char == "#":
             newline = text.find("\n", index)
             index = len(text) if newline == -1 else newline
             continue
         index += 1
-    return len(text)
+    if text[begin:index].strip():
+        spans.append((begin, index))
+    return index, spans
 
 
 def _names_and_strings_in(text: str, start: int, end: int, strings: list[PyString]) -> tuple[set[str], list[PyString]]:
@@ -299,31 +307,6 @@ def _names_and_strings_in(text: str, start: int, end: int, strings: list[PyStrin
         for position in range(literal.start - start, min(literal.end, end) - start):
             masked[position] = " "
     return set(_IDENT.findall("".join(masked))), inside
-
-
-def _top_level_arguments(text: str, open_paren: int, close_paren: int, strings: list[PyString]) -> list[tuple[int, int]]:
-    """Spans of the comma-separated arguments of a call."""
-    string_at = {literal.start: literal.end for literal in strings}
-    spans = []
-    depth = 0
-    begin = open_paren + 1
-    index = begin
-    while index < close_paren:
-        if index in string_at:
-            index = string_at[index]
-            continue
-        char = text[index]
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            spans.append((begin, index))
-            begin = index + 1
-        index += 1
-    if text[begin:close_paren].strip():
-        spans.append((begin, close_paren))
-    return spans
 
 
 def find_cuda_strings(text: str) -> list[PyString]:
@@ -347,8 +330,7 @@ def find_cuda_strings(text: str) -> list[PyString]:
         if any(literal.start < match.start() < literal.end for literal in strings):
             continue
         open_paren = match.end() - 1
-        close_paren = _call_argument_span(text, open_paren, strings)
-        arguments = _top_level_arguments(text, open_paren, close_paren, strings)
+        _, arguments = _call_arguments(text, open_paren, strings)
         positional = 0
         for start, end in arguments:
             keyword = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(?!=)", text[start:end])
