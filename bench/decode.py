@@ -214,7 +214,8 @@ def main(argv=None) -> int:
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--ar-new-tokens", type=int, default=64, help="plain generate() is slow: fewer tokens")
-    parser.add_argument("--skip", default="", help="comma list of rows to skip: compiled,plain,reference,small (the whole DICE-1.7B part),large")
+    parser.add_argument("--skip", default="", help="comma list of rows to skip: compiled,plain,reference,"
+                        "small (the whole DICE-1.7B part),large")
     parser.add_argument("--out", default=None)
     parser.add_argument("--profile", default=None, metavar="FILE",
                         help="also write a per-kernel GPU-time table of one compiled denoising pass to FILE")

@@ -208,12 +208,13 @@ def warm_validator(nvcc: dict | None = None) -> None:
     _pool(validator, nvcc or {}, compile_only=True)
 
 
-def validation_request(candidate_source: str, candidate_path: str | None, problem_source: str | None,
+def validation_request(candidate_sources: list[str], candidate_path: str | None, problem_source: str | None,
                        problem_path: str | None, class_name: str, settings) -> dict:
-    """The JSON request the worker understands, built from the server settings."""
+    """The JSON request the worker understands, built from the server settings: one or several candidates (versions
+    of the same file) against one reference."""
     validation = settings.validation
     return {
-        "candidate": {"source": candidate_source, "path": candidate_path},
+        "candidates": [{"source": source, "path": candidate_path} for source in candidate_sources],
         "problem": None if problem_source is None else {"source": problem_source, "path": problem_path,
                                                         "class_name": class_name},
         "policy": validation.policy,
@@ -273,12 +274,18 @@ NO_REFERENCE = ("not run: no reference module (define the PyTorch `Model` and `g
                 "sibling `x.py`, or set diceCopilot.referenceModule)")
 
 
-def run_validation(request: dict) -> dict:
-    """Validate one candidate and return the verdict as a JSON object. Without a reference module the candidate is
-    compiled only, and the verdict says so."""
+def run_validation(request: dict) -> list[dict]:
+    """Validate the request's candidates together (compiles in parallel on every core while the GPU checks the first
+    ones) and return their verdicts as JSON objects, in order. Without a reference module the candidates are
+    compiled only, and the verdicts say so."""
     validator = import_validator()
-    candidate_spec = request["candidate"]
-    candidate = validator.Candidate.from_source(candidate_spec["source"], path=candidate_spec.get("path"))
+    candidates: list = []  # a Candidate, or the Verdict of one that cannot be read (e.g. a splice broke the file)
+    for candidate_spec in request["candidates"]:
+        try:
+            candidates.append(validator.Candidate.from_source(candidate_spec["source"],
+                                                              path=candidate_spec.get("path")))
+        except validator.InputError as error:
+            candidates.append(validator.Verdict(failure=str(error), failure_code="bad_input"))
     spec = request.get("problem")
     if spec:
         problem = validator.Problem.from_source(spec["source"], path=spec.get("path"),
@@ -286,11 +293,15 @@ def run_validation(request: dict) -> dict:
     else:
         problem = validator.Problem("")
     pool = _pool(validator, request.get("nvcc") or {}, compile_only=not spec)
-    verdict = validator.validate(problem, candidate, policy=request.get("policy", "ide"),
-                                 budget=_budget(validator, request.get("budget") or {}), pool=pool)
-    encoded = json.loads(verdict.to_json())
-    if not spec and encoded.get("compile_only"):
-        encoded["details"] = {**(encoded.get("details") or {}), "not_run": NO_REFERENCE}
+    readable = [candidate for candidate in candidates if isinstance(candidate, validator.Candidate)]
+    checked = iter(pool.validate_many([(problem, candidate) for candidate in readable],
+                                      policy=request.get("policy", "ide"),
+                                      budget=_budget(validator, request.get("budget") or {})) if readable else [])
+    verdicts = [next(checked) if isinstance(candidate, validator.Candidate) else candidate for candidate in candidates]
+    encoded = [json.loads(verdict.to_json()) for verdict in verdicts]
+    for verdict in encoded:
+        if not spec and verdict.get("compile_only"):
+            verdict["details"] = {**(verdict.get("details") or {}), "not_run": NO_REFERENCE}
     return encoded
 
 

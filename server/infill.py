@@ -225,13 +225,12 @@ class InfillService:
             return CacheEntry(request.uri, request.prefix, request.suffix, request.params, (), "validationFailed",
                               time.monotonic())
         job.state = "validating"
-        results: list[tuple[str, backend.VerdictSummary]] = []
-        for index, middle in enumerate(middles, 1):
-            candidate = request.text[:request.offset] + middle + request.text[request.offset:]
-            server.log(f"{job.id}: validating candidate {index}/{len(middles)} (compile → numerics → timing)")
-            verdict = await server.validate_source(job, candidate, request.path, reference)
+        server.log(f"{job.id}: validating {len(middles)} candidate(s) together (compile → numerics → timing)")
+        candidates = [request.text[:request.offset] + middle + request.text[request.offset:] for middle in middles]
+        verdicts = await server.validate_sources(job, candidates, request.path, reference)
+        for index, verdict in enumerate(verdicts, 1):
             server.log(f"{job.id}: candidate {index}/{len(middles)}: {verdict.describe()}")
-            results.append((middle, verdict))
+        results = list(zip(middles, verdicts))
         passing = sorted((pair for pair in results if pair[1].passed), key=lambda pair: pair[1].rank_key())
         suggestions = tuple(CachedSuggestion(f"{job.id}-{rank}", middle, verdict.to_wire())
                             for rank, (middle, verdict) in enumerate(passing, 1))

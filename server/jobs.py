@@ -170,9 +170,9 @@ class ValidationService:
             raise ConnectionError("validation worker exited")
         return json.loads(line)
 
-    async def validate(self, job: Job, request: dict) -> dict:
-        """The verdict JSON for one candidate; raises JobCancelled when the job is cancelled meanwhile (the worker is
-        killed then) and RuntimeError when the worker fails."""
+    async def validate(self, job: Job, request: dict) -> list[dict]:
+        """The verdict JSONs of the request's candidates; raises JobCancelled when the job is cancelled meanwhile
+        (the worker is killed then) and RuntimeError when the worker fails."""
         async with self._lock:
             job.check()
             process = await self._ensure_started()
@@ -198,7 +198,7 @@ class ValidationService:
                 job.kill_hooks.remove(kill)
             if "error" in reply:
                 raise RuntimeError(reply["error"])
-            return reply["verdict"]
+            return reply["verdicts"]
 
     def shutdown(self) -> None:
         if self._process is not None and self._process.returncode is None:

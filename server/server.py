@@ -234,16 +234,22 @@ class DiceCopilotServer(LanguageServer):
     async def validate_source(self, job: Job, source: str, path: str | None,
                               reference: ReferenceModule | None) -> backend.VerdictSummary:
         """Validate a candidate in the worker process; worker failures become a failed verdict."""
-        request = backend.validation_request(source, path, reference.source if reference else None,
+        return (await self.validate_sources(job, [source], path, reference))[0]
+
+    async def validate_sources(self, job: Job, sources: list[str], path: str | None,
+                               reference: ReferenceModule | None) -> list[backend.VerdictSummary]:
+        """Validate versions of one file together (parallel compiles); worker failures become failed verdicts."""
+        request = backend.validation_request(sources, path, reference.source if reference else None,
                                              reference.path if reference else None,
                                              reference.class_name if reference else "Model", self.settings)
         try:
-            verdict = backend.VerdictSummary.from_json(await self.validation.validate(job, request))
+            verdicts = [backend.VerdictSummary.from_json(v) for v in await self.validation.validate(job, request)]
         except RuntimeError as error:
-            return backend.VerdictSummary.worker_failure(f"the validator failed: {error}")
-        if verdict.compile_only and self.gpu:
-            self.log(f"{job.id}: verdict is compile-only although a GPU is present: {verdict.failure or ''}")
-        return verdict
+            return [backend.VerdictSummary.worker_failure(f"the validator failed: {error}")] * len(sources)
+        for verdict in verdicts:
+            if verdict.compile_only and self.gpu:
+                self.log(f"{job.id}: verdict is compile-only although a GPU is present: {verdict.failure or ''}")
+        return verdicts
 
     def remember_verdict(self, uri: str, kernel: str | None, verdict: backend.VerdictSummary) -> None:
         """Last verdict per kernel for hovers (None: the whole file), bounded."""

@@ -3,8 +3,9 @@
 It lives in its own session (process group) so the server can kill it together with every compiler and candidate
 process it started when a job is superseded or cancelled; the server then starts a fresh one. Protocol (stdin →
 stdout, one JSON object per line): request `{"id", "problem": {"source", "path", "class_name"} | null,
-"candidate": {"source", "path"}, "policy", "budget": {...}, "nvcc": {...}}` → response `{"id", "verdict": {...}}` or
-`{"id", "error": "..."}`. A `{"ping": true}` request answers `{"pong": true}` once the validator is imported.
+"candidates": [{"source", "path"}, ...], "policy", "budget": {...}, "nvcc": {...}}` → response
+`{"id", "verdicts": [{...}, ...]}` (in the candidates' order) or `{"id", "error": "..."}`. A `{"ping": true}`
+request answers `{"pong": true}` once the validator is imported.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def main() -> int:
             out.write(json.dumps({"pong": True}) + "\n")
             continue
         try:
-            verdict = backend.run_validation(request)
-            out.write(json.dumps({"id": request.get("id"), "verdict": verdict}) + "\n")
+            verdicts = backend.run_validation(request)
+            out.write(json.dumps({"id": request.get("id"), "verdicts": verdicts}) + "\n")
         except Exception as error:  # a broken candidate or problem must not end the worker
             out.write(json.dumps({"id": request.get("id"), "error": f"{type(error).__name__}: {error}",
                                   "traceback": traceback.format_exc(limit=8)}) + "\n")

@@ -58,7 +58,8 @@ def test_a_fused_model_still_trains_and_saves(tmp_path):
     model(ids, positions).float().pow(2).mean().backward()
     grad = model.model.layers[0].self_attn.k_proj.weight.grad
     assert grad is not None and grad.abs().sum() > 0  # autograd goes through the original layers
-    folder = checkpoint.save(model.eval(), DiceTokenizer.from_dir(write_tokenizer(tmp_path / "tok"), mask_token_id=3), tmp_path / "ck")
+    tokenizer = DiceTokenizer.from_dir(write_tokenizer(tmp_path / "tok"), mask_token_id=3)
+    folder = checkpoint.save(model.eval(), tokenizer, tmp_path / "ck")
     loaded, _ = checkpoint.load(folder, dtype="float32")
     torch.testing.assert_close(logits_of(loaded, ids), logits_of(model, ids), rtol=1e-5, atol=1e-5)
 

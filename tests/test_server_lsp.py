@@ -189,7 +189,7 @@ async def test_superseding_kills_validation_subprocesses(session):
     worker = (await execute(client, "diceCopilot.showStatus"))["validationWorkerPid"]
     first = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, *hole,
                                                                                              invoked=True)))
-    await wait_until(lambda: "killed_kernel" in log_text(client) and "validating candidate 1/1" in log_text(
+    await wait_until(lambda: "killed_kernel" in log_text(client) and "validating 1 candidate(s) together" in log_text(
         client).split("killed_kernel")[-1], 30, "validation of the first job")
     await asyncio.sleep(0.5)  # let nvcc start
     await client.text_document_inline_completion_async(inline_params(uri, hole[0] - 1, 4))  # another spot
