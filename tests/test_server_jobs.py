@@ -74,3 +74,25 @@ def test_kill_process_tree_reaches_grandchildren_in_other_sessions():
     while not gone(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert gone(grandchild)
+
+
+def test_batch_validation_keeps_order_and_fails_an_unreadable_candidate_alone(monkeypatch):
+    from dice_copilot.server import backend
+    from dice_copilot.validator import Verdict
+
+    seen = []
+
+    class FakePool:
+        def validate_many(self, items, policy, budget):
+            seen.extend(candidate.source for _, candidate in items)
+            return [Verdict(passed=True, stage="compile", compile_only=True) for _ in items]
+
+    monkeypatch.setattr(backend, "_pool", lambda validator, nvcc, compile_only: FakePool())
+    good = "import torch\nx = 1\n"
+    request = {"candidates": [{"source": good, "path": "a.py"}, {"source": "def broken(:\n", "path": "a.py"},
+                              {"source": good + "y = 2\n", "path": "a.py"}], "problem": None, "policy": "ide"}
+    verdicts = backend.run_validation(request)
+    assert [v["passed"] for v in verdicts] == [True, False, True]
+    assert verdicts[1]["failure_code"] == "bad_input" and "a.py" in verdicts[1]["failure"]
+    assert seen == [good, good + "y = 2\n"]  # only the readable ones reached the validator, in order
+    assert verdicts[0]["details"]["not_run"] == backend.NO_REFERENCE
