@@ -216,6 +216,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ar-new-tokens", type=int, default=64, help="plain generate() is slow: fewer tokens")
     parser.add_argument("--skip", default="", help="comma list of rows to skip: compiled,plain,reference,"
                         "small (the whole DICE-1.7B part),large")
+    parser.add_argument("--batches", default="1,16", help="comma list of batch sizes for the DICE-1.7B rows")
     parser.add_argument("--out", default=None)
     parser.add_argument("--profile", default=None, metavar="FILE",
                         help="also write a per-kernel GPU-time table of one compiled denoising pass to FILE")
@@ -277,7 +278,7 @@ def small_model_rows(args, skip, device, bandwidth, results):
 
     vocab = model.config.vocab_size
     rows = []
-    for batch in (1, 16):
+    for batch in (int(b) for b in args.batches.split(",")):
         prompts = random_prompts(batch, args.prompt_tokens, vocab)
         row = {"batch": batch}
         row["ours_tau0.9"], row["tpf_tau0.9"] = ours_tokens_per_s(engine, prompts, args.new_tokens, 0.9)

@@ -2,19 +2,21 @@
 # The owed GPU work, in parts that each fit one 10-minute device command. Run from the repo root on the GPU
 # machine (with `.whl` carried), e.g. `bash bench/gpu_session.sh tests`; logs and JSON land in $OUT.
 # PART_TIMEOUT (seconds, default 560) caps a part, so that several parts can share one command; on a machine with
-# two GPUs, parts pinned to different GPUs (CUDA_VISIBLE_DEVICES) can run side by side.
+# two GPUs, parts pinned to different GPUs (CUDA_VISIBLE_DEVICES) can run side by side. Arguments after the part
+# name go to its bench script (e.g. `decode --batches 1 --skip large`); OUT_TAG names its output files.
 # Parts:
 #   tests         every `gpu`-marked test
 #   tests-validator / tests-other   the same, split (validator + cheat suite | server, SFT, model, CuKe)
-#   decode        bench/decode.py (issue 8)
-#   validator     bench/validator_bench.py: ours cold/warm/infill + the 128-candidate batch (issue 3)
-#   validator-kb  the KernelBench-style baseline rows, merged with the previous part's JSON (issue 3)
+#   decode        bench/decode.py (issue 8), e.g. `decode --profile $OUT/profile.txt`
+#   validator     bench/validator_bench.py (issue 3), e.g. `validator --parts ours,batch`
 #   sft           bench/sft_throughput.py at the DICE-1.7B shape (issue 7)
 #   sft-multi     bench/sft_multigpu.py: 1 GPU vs DDP vs FSDP2 (issue 7; needs 2 GPUs)
 #   server        bench/server_latency.py (issue 4)
 #   cuke          bench/cuke_build.py on a 600-pair sample (issue 6)
 set -uo pipefail
-part=${1:?usage: bench/gpu_session.sh PART (see the comment at the top)}
+part=${1:?usage: bench/gpu_session.sh PART [bench arguments] (see the comment at the top)}
+shift
+tag=${OUT_TAG:-$part}
 source "$(dirname "$0")/device_setup.sh" || exit 1
 out=${OUT:-/tmp/gpu_session_out}
 limit=${PART_TIMEOUT:-560}
@@ -30,21 +32,17 @@ case "$part" in
     tests-validator) run_tests gpu_tests_validator tests/test_validator_gpu.py tests/test_validator_cheats.py ;;
     tests-other)     run_tests gpu_tests_other tests/test_server_gpu.py tests/test_sft_gpu.py \
                          tests/test_model_checkpoint.py tests/test_cuke_gpu.py ;;
-    decode)       timeout "$limit" python3 bench/decode.py --out "$out/decode.json" --profile "$out/decode_profile.txt" \
-                      2>&1 | grep -v cudagraph_utils | tee "$out/decode.log" | tail -40 ;;
-    validator)    timeout "$limit" python3 bench/validator_bench.py --parts ours,batch --out "$out/validator_a.json" \
-                      2>&1 | tee "$out/validator_a.log" | tail -40 ;;
-    validator-kb) timeout "$limit" python3 bench/validator_bench.py --parts kernelbench --kb-problems 3 \
-                      --merge "${2:?give the JSON written by the validator part}" --out "$out/validator.json" 2>&1 \
-                      | tee "$out/validator.log" | tail -40 ;;
-    sft)          timeout "$limit" python3 bench/sft_throughput.py --out "$out/sft_throughput.json" 2>&1 \
-                      | tee "$out/sft.log" | tail -40 ;;
-    sft-multi)    timeout "$limit" python3 bench/sft_multigpu.py --out "$out/sft_multigpu.json" --work /tmp/sft_multi \
-                      --timeout $(((limit - 30) / 3)) \
-                      2>&1 | tee "$out/sft_multi.log" | tail -40 ;;
-    server)       timeout "$limit" python3 bench/server_latency.py --out "$out/server_latency.json" 2>&1 \
-                      | tee "$out/server.log" | tail -40 ;;
-    cuke)         timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/cuke_build.json" \
-                      --limit 600 --max-seconds $((limit - 80)) 2>&1 | tee "$out/cuke.log" | tail -40 ;;
+    decode)       timeout "$limit" python3 bench/decode.py --out "$out/$tag.json" "$@" \
+                      2>&1 | grep -v cudagraph_utils | tee "$out/$tag.log" | tail -40 ;;
+    validator)    timeout "$limit" python3 bench/validator_bench.py --out "$out/$tag.json" "$@" \
+                      2>&1 | tee "$out/$tag.log" | tail -40 ;;
+    sft)          timeout "$limit" python3 bench/sft_throughput.py --out "$out/$tag.json" "$@" 2>&1 \
+                      | tee "$out/$tag.log" | tail -40 ;;
+    sft-multi)    timeout "$limit" python3 bench/sft_multigpu.py --out "$out/$tag.json" --work /tmp/sft_multi \
+                      --timeout $(((limit - 30) / 3)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
+    server)       timeout "$limit" python3 bench/server_latency.py --out "$out/$tag.json" "$@" 2>&1 \
+                      | tee "$out/$tag.log" | tail -40 ;;
+    cuke)         timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \
+                      --limit 600 --max-seconds $((limit - 80)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
     *)            echo "unknown part: $part" >&2; exit 2 ;;
 esac
