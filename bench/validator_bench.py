@@ -110,6 +110,22 @@ def timed_validate(pool, problem, candidate, budget=NO_TIMING):
     return verdict, time.perf_counter() - start
 
 
+def breakdown(verdict, total_s: float) -> dict:
+    """Where one verdict's time went: building (compile stage), checking in the worker (GPU stage), and whether
+    the GPU stage had to wait for a worker process to start."""
+    builds = verdict.details.get("builds", [])
+    return {"total_s": round(total_s, 3), "compile_s": verdict.stage_times.get("compile"),
+            "check_s": verdict.stage_times.get("gpu"), "fresh_worker": verdict.details.get("fresh_worker"),
+            "strategy": ",".join(b["strategy"] or "?" for b in builds),
+            "compiled_units": [u for b in builds for u in b["compiled_units"]],
+            "cached_build": verdict.cached_build}
+
+
+def _short(b: dict) -> str:
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"
+    return f"{fmt(b['compile_s'])}+{fmt(b['check_s'])}{'*' if b['fresh_worker'] else ''}"
+
+
 def run_ours(pool, problems, results):
     rows = []
     for name, ref, cand in problems:
@@ -120,14 +136,22 @@ def run_ours(pool, problems, results):
         infill, t_infill = timed_validate(pool, problem, Candidate.from_source(infill_variant(source, 7),
                                                                                 path=str(cand)))
         timed, t_timed = timed_validate(pool, problem, Candidate.from_source(source, path=str(cand)), Budget())
+        parts = {"cold": breakdown(cold, t_cold), "warm": breakdown(warm, t_warm),
+                 "infill": breakdown(infill, t_infill), "timed": breakdown(timed, t_timed)}
         row = {"problem": name, "cold_s": t_cold, "warm_s": t_warm, "infill_s": t_infill, "timed_verdict_s": t_timed,
                "passed": [cold.passed, warm.passed, infill.passed, timed.passed],
                "failure": cold.failure or infill.failure or timed.failure, "speedup": timed.speedup,
-               "compile_s": cold.stage_times.get("compile"), "strategy_log": cold.compiler_log[:120]}
+               "compile_s": cold.stage_times.get("compile"), "strategy_log": cold.compiler_log[:120],
+               "breakdown": parts}
         rows.append(row)
         print(f"ours  {name:12s} cold {t_cold:6.2f}s  warm {t_warm:5.2f}s  infill {t_infill:5.2f}s  "
-              f"timed {t_timed:5.2f}s  speedup {timed.speedup or 0:5.2f}x  passed {row['passed']}", flush=True)
+              f"timed {t_timed:5.2f}s  speedup {timed.speedup or 0:5.2f}x  passed {row['passed']}  "
+              f"[compile+check s, *=worker started: cold {_short(parts['cold'])} warm {_short(parts['warm'])} "
+              f"infill {_short(parts['infill'])} timed {_short(parts['timed'])}; {parts['cold']['strategy']}, "
+              f"infill compiled {parts['infill']['compiled_units']}]", flush=True)
     results["ours"] = rows
+    results["ours_worker_swaps"] = pool.worker_swaps
+    results["ours_worker_replacements"] = pool.worker_replacements
 
 
 def run_kernelbench(problems, results, limit: int):
@@ -157,10 +181,21 @@ def run_batch(pool, problems, results, size: int):
         verdicts = pool.validate_many(items, "ide", NO_TIMING)
         wall = time.perf_counter() - start
         passed = sum(v.passed for v in verdicts)
+        parts = [breakdown(v, 0.0) for v in verdicts]
+        compile_total = sum(p["compile_s"] or 0 for p in parts)
+        check_total = sum(p["check_s"] or 0 for p in parts)
+        fresh = sum(bool(p["fresh_worker"]) for p in parts)
         out[kind] = {"n": size, "wall_s": wall, "verdicts_per_min": size / wall * 60, "passed": passed,
-                     "failures": sorted({v.failure for v in verdicts if not v.passed})[:5]}
+                     "failures": sorted({v.failure for v in verdicts if not v.passed})[:5],
+                     "compile_s_sum": compile_total, "check_s_sum": check_total, "fresh_workers": fresh,
+                     "worker_swaps": pool.worker_swaps, "worker_replacements": pool.worker_replacements,
+                     "strategies": sorted({p["strategy"] for p in parts}),
+                     "verdicts": [{k: p[k] for k in ("compile_s", "check_s", "fresh_worker", "strategy")}
+                                  for p in parts]}
         print(f"batch {kind:6s} {size} candidates in {wall:6.1f}s = {size / wall * 60:6.1f} verdicts/min, "
-              f"{passed} passed", flush=True)
+              f"{passed} passed  [compile {compile_total:.1f}s + check {check_total:.1f}s summed over verdicts, "
+              f"{fresh} waited for a worker start, worker swaps so far {pool.worker_swaps}]",
+              flush=True)
     results["batch"] = out
 
 

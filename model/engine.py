@@ -7,28 +7,40 @@ Algorithm (dice-method.md §2.3 with the corrections of §5):
   is clean, so its KV written in that pass is final. This fuses the reference loop's extra "save" pass of block b
   into the first denoising pass of block b+1, and gives every pass the same shape (ready for CUDA graphs);
 - committed tokens are never re-masked; confidence comes from the unfiltered softmax;
-- stop tokens are checked when a block is committed; all prompts × n candidates decode together, each row with
-  its own block position and step count.
+- stop tokens are checked when a block is committed.
+
+Batching (dice-method.md §2.4, §5.7): a ContinuousBatcher owns a fixed number of row slots over one static cache.
+Each row has its own block position and step count on the device; a row that finishes leaves at its block
+boundary and the next waiting request is prefilled into its slot, so the pass shape (and its CUDA graphs) never
+changes. `generate()` is that loop with one slot per sequence and every request submitted up front.
 """
 
+import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from .config import DiceConfig
 from .masks import block_causal_mask
 from .network import DiceForBlockDiffusion, KVCache
 
 STRATEGIES = ("dynamic", "static", "sequential")
+FINISH_REASONS = ("length", "stop", "cancelled")
+# Positions (prompt + generation) one ContinuousBatcher slot holds unless told otherwise: a long DICE prompt plus
+# the 4,096-token training horizon of an answer (dice-method.md §5.6).
+DEFAULT_MAX_LENGTH = 8192
+GIB = 1 << 30
 
 
 @dataclass
 class GenerationStats:
     forward_passes: int  # denoising passes this sequence took part in (prefill not counted)
     tokens_per_forward: float  # generated tokens / forward_passes
-    wall_time_s: float  # of the whole batched generate() call
+    wall_time_s: float  # from submission (the generate() call) until this sequence finished
     prompt_tokens: int
     generated_tokens: int
 
@@ -46,9 +58,144 @@ class Generation:
 class BlockUpdate:
     """Streaming event, sent after each committed block of one sequence."""
 
-    index: int  # position of the sequence in the generate() result list
+    index: int  # the sequence's request id: its position in generate()'s result list / what submit() returned
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
+
+
+@dataclass
+class DecodingPolicy:
+    """How every row of one batch decodes (one generate() call, or every request of one ContinuousBatcher)."""
+
+    strategy: str = "dynamic"  # "dynamic", "static" or "sequential" (dice-method.md §2.3)
+    threshold: float = 0.9  # dynamic: also commit every masked token whose confidence exceeds it
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # sample among the k likeliest tokens; 0: off
+    top_p: float = 1.0  # sample from the smallest set of tokens holding this probability mass; 1: off
+    steps_per_block: int | None = None  # steps the commit schedule spreads a block's masks over; None: block_size
+    seed: int | None = None  # seeds the sampling generator, for reproducible candidates
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown decoding strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+@dataclass
+class CacheBudget:
+    """How much device memory the engine may take for its KV cache and decoding workspace."""
+
+    reserve_fraction: float = 0.1  # of the device's total memory left untouched (fragmentation, other processes)
+    limit_bytes: int | None = None  # cap on cache + workspace on any device (to share a GPU); None: free memory
+    cpu_slots: int = 8  # ContinuousBatcher slots on a CPU without limit_bytes, where nothing measures free memory
+    max_slots: int = 256  # most slots an automatically sized ContinuousBatcher takes
+    prefill_tokens: int = 8192  # prompt tokens prefilled in one forward: joining rows are grouped up to this
+
+
+@dataclass
+class CachePlan:
+    """Slots × positions of a static cache, and the memory estimate it was chosen from."""
+
+    slots: int
+    capacity: int  # cache positions per slot, the two scratch blocks included
+    cache_bytes: int
+    workspace_bytes: int  # activations, attention scores, CUDA-graph pools, logits and sampling (an estimate)
+    available_bytes: int | None  # what the engine may use; None: not measured (CPU without limit_bytes)
+
+
+class CacheMemoryError(ValueError):
+    """The requested rows × positions do not fit in the memory the engine may use (raised before allocating)."""
+
+
+def positions_needed(prompt_tokens: int, max_new_tokens: int, block_size: int) -> int:
+    """Cache positions a request decodes into: whole blocks from 0 up to the end of its last generation block."""
+    start = prompt_tokens // block_size * block_size
+    return start + math.ceil((prompt_tokens - start + max_new_tokens) / block_size) * block_size
+
+
+def available_memory(device: torch.device, budget: CacheBudget) -> int | None:
+    """Bytes the engine may allocate now: the driver's free memory plus PyTorch's cached but unused blocks (a
+    previous call's cache, still reserved by the allocator), minus the reserve, capped by limit_bytes.
+    None on a CPU without a limit: host memory is not measured."""
+    measured = None
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        reusable = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        measured = max(0, free + reusable - int(budget.reserve_fraction * total))
+    if budget.limit_bytes is None:
+        return measured
+    return budget.limit_bytes if measured is None else min(measured, budget.limit_bytes)
+
+
+def decoding_memory(config: DiceConfig, dtype, capacity: int, prefill_tokens: int,
+                    length_bucket: int | None) -> tuple[int, int]:
+    """(fixed bytes, bytes per slot) of decoding with `capacity` cache positions per slot, conservatively.
+
+    Fixed: one prefill forward of max(prefill_tokens, capacity) tokens (activations of one layer, and attention
+    scores materialised as SDPA's math path does: a boolean mask with grouped KV heads may rule out fused kernels).
+    Per slot: its KV cache; per pass shape, the activations, fp32 attention scores and logits one CUDA graph
+    keeps in its private pool (one graph per attended-length bucket; one eager pass without graphs); and the fp32
+    copies sampling makes of its logits (softmax, filtering, the top-p sort).
+    """
+    element = torch.empty((), dtype=dtype).element_size()
+    heads, size = config.num_attention_heads, config.block_size
+    activations = element * (3 * config.hidden_size + 3 * config.intermediate_size
+                             + (2 * heads + 2 * config.num_key_value_heads) * config.head_dim)
+
+    def attention_scores(queries: int, keys: int) -> int:
+        return heads * queries * keys * (3 * 4 + element)  # fp32 scores, their masked copy, softmax; probs
+
+    prefill = max(prefill_tokens, capacity)
+    fixed = prefill * activations + attention_scores(prefill, capacity)
+    lengths = range(length_bucket, capacity + length_bucket, length_bucket) if length_bucket else [capacity]
+    logits = size * config.vocab_size
+    per_pass = sum(2 * size * activations + attention_scores(2 * size, min(length, capacity)) + logits * element
+                   for length in lengths)
+    per_slot = capacity * KVCache.bytes_per_slot(config, dtype) + per_pass + logits * 8 * 4
+    return fixed, per_slot
+
+
+def plan_cache(config: DiceConfig, dtype, capacity: int, available: int | None, budget: CacheBudget,
+               slots: int | None = None, length_bucket: int | None = None, where: str = "GPU") -> CachePlan:
+    """Slots for a cache of `capacity` positions each: as many as fit in `available` bytes (at most
+    budget.max_slots) when `slots` is None, else a check that `slots` fit. Raises CacheMemoryError, saying what to
+    lower, before anything is allocated. `available` None (a CPU without a limit): budget.cpu_slots, unchecked."""
+    fixed, per_slot = decoding_memory(config, dtype, capacity, budget.prefill_tokens, length_bucket)
+    if available is None:
+        slots = slots or budget.cpu_slots
+    else:
+        fitting = max(0, (available - fixed) // per_slot)
+        slots = slots or min(fitting, budget.max_slots)
+        if not 1 <= slots <= fitting:
+            raise CacheMemoryError(_memory_advice(config, dtype, capacity, available, budget, max(slots, 1),
+                                                  fitting, length_bucket, where))
+    cache = slots * capacity * KVCache.bytes_per_slot(config, dtype)
+    return CachePlan(slots, capacity, cache, fixed + slots * per_slot - cache, available)
+
+
+def _memory_advice(config, dtype, capacity, available, budget, slots, fitting, length_bucket, where) -> str:
+    """The CacheMemoryError message: what was asked, what is available, and the largest batch or length that fits."""
+    fixed, per_slot = decoding_memory(config, dtype, capacity, budget.prefill_tokens, length_bucket)
+    size = config.block_size
+
+    def fits(positions: int) -> bool:  # positions per row, scratch excluded
+        fixed_c, per_slot_c = decoding_memory(config, dtype, positions + 2 * size, budget.prefill_tokens,
+                                              length_bucket)
+        return fixed_c + slots * per_slot_c <= available
+
+    low, high = 0, (capacity - 2 * size) // size  # bisect over whole blocks
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle * size) else (low, middle - 1)
+    return (
+        f"{slots} rows of {capacity - 2 * size} positions need {(fixed + slots * per_slot) / GIB:.2f} GiB of {where} "
+        f"memory (KV cache {slots * capacity * KVCache.bytes_per_slot(config, dtype) / GIB:.2f} GiB plus decoding "
+        f"workspace), but only {available / GIB:.2f} GiB is available to the engine (free memory less a "
+        f"{budget.reserve_fraction:.0%} reserve, capped by CacheBudget.limit_bytes). At this length at most "
+        f"{fitting} rows fit; with {slots} rows at most {low * size} positions (prompt + max_new_tokens) fit. "
+        f"Lower the number of rows (generate(): prompts × n; ContinuousBatcher: slots, or leave slots=None to size "
+        f"it from free memory), or the length (max_new_tokens, the prompt, ContinuousBatcher's max_length), or free "
+        f"{where} memory."
+    )
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, generator=None):
@@ -136,12 +283,339 @@ class ForwardRunner:
         self._graphs = {k: v for k, v in self._graphs.items() if k[0] != id(cache)}
 
 
-FINISH_REASONS = ("length", "stop", "cancelled")
+def commit_quota(block_masked, step_in_block, steps, is_masked) -> torch.Tensor:
+    """Tokens to commit this step per row: SDAR's even split of the block's masks over the steps."""
+    n_steps = block_masked.clamp(max=steps).clamp(min=1)
+    quota = block_masked // n_steps + (step_in_block < block_masked % n_steps).long()
+    # Past the last scheduled step (never reached by static), commit whatever is left.
+    return torch.where(step_in_block >= n_steps, is_masked.sum(1), quota)
+
+
+def choose_commits(strategy, confidence, is_masked, quota, threshold) -> torch.Tensor:
+    """Which masked positions [B, size] to commit this step."""
+    size = confidence.shape[1]
+    if strategy == "sequential":
+        # Rank masked positions left to right.
+        order_key = torch.where(is_masked, torch.arange(size, device=confidence.device).float(),
+                                torch.full_like(confidence, float("inf")))
+        rank = order_key.argsort(dim=1).argsort(dim=1)
+    else:
+        rank = confidence.argsort(dim=1, descending=True).argsort(dim=1)
+    commit = (rank < quota[:, None]) & is_masked
+    if strategy == "dynamic":
+        commit |= (confidence > threshold) & is_masked
+    return commit
+
+
+class _PrefillWriter:
+    """The KV-cache interface the network calls (`length`, `update`) for a prefill of some rows of a shared cache.
+
+    Writes the prompt's keys/values into those rows in place, so the cache (and the CUDA graphs bound to its
+    buffers) stays the same object, and attends to the fresh keys: a prefill at positions 0..length-1 attends to
+    exactly the slots it writes.
+    """
+
+    def __init__(self, cache: KVCache, rows: torch.Tensor, length: int):
+        self.k, self.v, self.length = cache.k, cache.v, length
+        self._rows = rows[:, None]
+
+    def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
+        self.k[layer][self._rows, :, positions] = k.transpose(1, 2)
+        self.v[layer][self._rows, :, positions] = v.transpose(1, 2)
+        return k, v
+
+
+@dataclass
+class _Request:
+    id: int
+    prompt_ids: list[int]
+    max_new_tokens: int
+    stop: list[int]
+    on_block: Callable[[BlockUpdate], None] | None
+    submitted: float  # perf_counter() at submit()
+
+
+class ContinuousBatcher:
+    """Decodes a stream of requests through a fixed number of row slots of one static KV cache; sequences join
+    and leave between blocks (dice-method.md §5.7).
+
+    - submit(prompt, max_new_tokens, stop, on_block) queues a request and returns its id (0, 1, ... per batcher);
+    - step() frees the slots of cancelled requests, prefills waiting requests into free slots (batched), runs one
+      denoising pass over every slot and returns the (id, Generation) pairs that finished in it;
+    - run() steps until nothing is waiting or running, yielding each result as soon as it is done. submit() may be
+      called between yields (or from another thread, as may cancel()); step()/run() belong to one thread.
+
+    Per request: prompt, max_new_tokens, stop ids, streaming callback. Per batcher: the DecodingPolicy (strategy,
+    threshold, sampling) and max_length (prompt + generation positions per slot). Free slots compute in scratch
+    positions, so every pass has the same shape and the CUDA graphs keyed on it are captured once.
+    Greedy results equal generate() of each request alone: a row's mask is block-causal over its own absolute
+    positions, and every slot it can see was written by its own prefill or passes, never by a previous occupant
+    (see _admit).
+    """
+
+    def __init__(self, engine: "BlockDiffusionEngine", slots: int | None = None, max_length: int | None = None,
+                 policy: DecodingPolicy | None = None):
+        """slots None: as many as fit in free GPU memory (engine.cache_budget; on a CPU, its cpu_slots)."""
+        config = engine.config
+        limit = config.max_position_embeddings
+        max_length = max_length or min(DEFAULT_MAX_LENGTH, limit)
+        if not 1 <= max_length <= limit:
+            raise ValueError(f"max_length {max_length} must be between 1 and the model's {limit} positions")
+        self.engine = engine
+        self.policy = policy or DecodingPolicy()
+        size = config.block_size
+        self.max_length = math.ceil(max_length / size) * size
+        # Two blocks of scratch slots past the end: free slots (and the missing "previous block" of a row whose
+        # generation starts at position 0) compute there, outside every real query's view.
+        capacity = self.max_length + 2 * size
+        self.cache = engine.take_cache(capacity, slots)
+        self.slots = self.cache.k[0].shape[0]
+        dev = engine.device
+
+        # Per-slot decoding state, all on the device: one host sync per pass.
+        self.tokens = torch.full((self.slots, capacity), config.mask_token_id, dtype=torch.long, device=dev)
+        self.step_of = torch.full((self.slots, capacity), -1, dtype=torch.long, device=dev)
+        def counter():
+            return torch.zeros(self.slots, dtype=torch.long, device=dev)
+
+        self.prompt_len, self.start, self.length_limit, self.out_end = counter(), counter(), counter(), counter()
+        self.passes, self.step_in_block, self.block_masked = counter(), counter(), counter()
+        self.finish = counter()  # an index into FINISH_REASONS
+        self.done = torch.ones(self.slots, dtype=torch.bool, device=dev)  # free slots count as done
+        self.stop_ids = torch.full((self.slots, 0), -1, dtype=torch.long, device=dev)  # per row, padded with -1
+        self._offsets = torch.arange(-size, size, device=dev)
+        self._scratch = torch.arange(self.max_length, capacity, device=dev)
+        self._steps = self.policy.steps_per_block or size
+        seed = self.policy.seed
+        self._generator = torch.Generator(device=dev).manual_seed(seed) if seed is not None else None
+        self._ids = itertools.count()
+        self._waiting: deque[_Request] = deque()
+        self._running: dict[int, _Request] = {}  # slot -> request
+        self._cancels: deque[int | None] = deque()
+        self._needed = 0  # cache positions the running rows attend to (host copy, refreshed each pass)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        """Hands the cache (and the CUDA graphs captured on it) back to the engine for the next batcher."""
+        self.engine.keep_cache(self.cache)
+
+    @property
+    def unfinished(self) -> int:
+        """Requests waiting or decoding."""
+        return len(self._waiting) + len(self._running)
+
+    def submit(self, prompt: str | Sequence[int], max_new_tokens: int = 1024, stop: Sequence[int] | None = None,
+               on_block: Callable[[BlockUpdate], None] | None = None) -> int:
+        """Queues a request; returns its id. stop None: the tokenizer's stop ids."""
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        ids = self.engine._encode(prompt)
+        needed = positions_needed(len(ids), max_new_tokens, self.engine.config.block_size)
+        if needed > self.max_length:
+            raise ValueError(
+                f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new_tokens}) needs {needed} positions but this "
+                f"batcher's slots hold {self.max_length}; shorten the prompt, lower max_new_tokens, or create the "
+                f"ContinuousBatcher with a larger max_length"
+            )
+        stop_ids = list(self.engine.tokenizer.stop_token_ids if stop is None else stop)
+        request = _Request(next(self._ids), ids, max_new_tokens, stop_ids, on_block, time.perf_counter())
+        self._waiting.append(request)
+        return request.id
+
+    def cancel(self, request_id: int | None = None) -> None:
+        """Ends one request (None: every request) at the next step; a running one keeps its committed blocks.
+        Unknown or finished ids are ignored."""
+        self._cancels.append(request_id)
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[int, Generation]]:
+        """Cancels, admits waiting requests into free slots, runs one denoising pass; returns what finished."""
+        finished = self._apply_cancels()
+        self._admit()
+        if self._running:
+            finished += self._denoise()
+        return finished
+
+    def run(self, cancel=None) -> Iterator[tuple[int, Generation]]:
+        """Steps until nothing is waiting or running. `cancel` (a threading.Event) set: every request ends."""
+        while self.unfinished or self._cancels:
+            if cancel is not None and cancel.is_set():
+                self.cancel()
+            yield from self.step()
+
+    def _apply_cancels(self) -> list[tuple[int, Generation]]:
+        finished, slots = [], set()
+        while self._cancels:
+            target = self._cancels.popleft()
+            for request in [r for r in list(self._waiting) if target in (None, r.id)]:  # list(): submit() may append
+                self._waiting.remove(request)
+                finished.append((request.id, self._result(request, [], [], 0, "cancelled")))
+            slots |= {slot for slot, r in self._running.items() if target in (None, r.id)}
+        if slots:
+            rows = torch.tensor(sorted(slots), device=self.engine.device)
+            self.done[rows] = True
+            self.finish[rows] = FINISH_REASONS.index("cancelled")
+            finished += self._harvest(sorted(slots))
+        return finished
+
+    def _admit(self) -> None:
+        """Moves waiting requests into free slots: resets the slot's row state and prefills the prompt's whole blocks.
+
+        A new occupant never sees its predecessor's keys: the prefill rewrites slots [0, start), and a row at block
+        position s attends (block-causally, over absolute positions) to slots below s + block_size only, of which
+        [s - block_size, s + block_size) are rewritten by the pass itself and the rest by its own earlier passes.
+        """
+        free = [slot for slot in range(self.slots) if slot not in self._running]
+        joining = []
+        while free and self._waiting:
+            request = self._waiting.popleft()
+            self._running[free[0]] = request
+            joining.append((free.pop(0), request))
+        if not joining:
+            return
+        dev, config = self.engine.device, self.engine.config
+        size, mask_id = config.block_size, config.mask_token_id
+        rows = torch.tensor([slot for slot, _ in joining], device=dev)
+        width = max(len(r.prompt_ids) for _, r in joining)
+        prompts = torch.full((len(joining), width), mask_id, dtype=torch.long)
+        stops = torch.full((len(joining), max([self.stop_ids.shape[1]] + [len(r.stop) for _, r in joining])), -1,
+                           dtype=torch.long)
+        for i, (_, request) in enumerate(joining):
+            prompts[i, : len(request.prompt_ids)] = torch.tensor(request.prompt_ids)
+            stops[i, : len(request.stop)] = torch.tensor(request.stop, dtype=torch.long)
+        starts = [len(r.prompt_ids) // size * size for _, r in joining]
+        lengths = torch.tensor([[len(r.prompt_ids), s, len(r.prompt_ids) + r.max_new_tokens]
+                                for (_, r), s in zip(joining, starts)], device=dev)
+
+        self.tokens[rows] = mask_id
+        self.tokens[rows, :width] = prompts.to(dev)
+        self.prompt_len[rows], self.start[rows], self.length_limit[rows] = lengths.unbind(1)
+        self.out_end[rows] = lengths[:, 1]
+        for counter in (self.passes, self.step_in_block, self.finish):
+            counter[rows] = 0
+        first_block = self.tokens[rows].gather(1, lengths[:, 1:2] + self._offsets[size:])
+        self.block_masked[rows] = (first_block == mask_id).sum(1)
+        if stops.shape[1] > self.stop_ids.shape[1]:
+            pad = stops.shape[1] - self.stop_ids.shape[1]
+            self.stop_ids = torch.cat([self.stop_ids, self.stop_ids.new_full((self.slots, pad), -1)], 1)
+        self.stop_ids[rows] = stops.to(dev)
+        self.done[rows] = False
+        self._prefill([(slot, s) for (slot, _), s in zip(joining, starts) if s > 0])
+        self._needed = max(self._needed, max(starts) + size)
+
+    def _prefill(self, rows: list[tuple[int, int]]) -> None:
+        """Prefills (slot, whole-block prompt length) rows, grouped up to cache_budget.prefill_tokens per forward.
+        A row shorter than its group's longest writes junk past its own prompt blocks; its own passes rewrite those
+        slots before any of its queries can see them."""
+        budget = self.engine.cache_budget.prefill_tokens
+        group: list[tuple[int, int]] = []
+        for slot, length in rows:
+            if group and (len(group) + 1) * max([length] + [n for _, n in group]) > budget:
+                self._prefill_group(group)
+                group = []
+            group.append((slot, length))
+        if group:
+            self._prefill_group(group)
+
+    def _prefill_group(self, group: list[tuple[int, int]]) -> None:
+        length = max(n for _, n in group)
+        slots = torch.tensor([slot for slot, _ in group], device=self.engine.device)
+        positions = torch.arange(length, device=self.engine.device)[None].expand(len(group), -1)
+        self.engine.model(self.tokens[slots, :length], positions, kv_cache=_PrefillWriter(self.cache, slots, length),
+                          logits_slice=slice(0, 0))
+
+    def _denoise(self) -> list[tuple[int, Generation]]:
+        """One denoising pass over every slot; streams completed blocks and returns the requests that finished."""
+        config, policy, runner = self.engine.config, self.policy, self.engine.runner
+        size, mask_id = config.block_size, config.mask_token_id
+        positions = torch.where(self.done[:, None], self._scratch, self.start[:, None] + self._offsets)
+        positions[:, :size] = torch.where((self.start == 0)[:, None], self._scratch[:size], positions[:, :size])
+        self.cache.length = runner.attended_length(self._needed, self.cache.max_length)
+        logits = runner(self.tokens.gather(1, positions), positions, self.cache, slice(size, 2 * size)).float()
+        logits[..., mask_id] = float("-inf")  # committing the mask token would leave the position masked
+        block_pos = positions[:, size:]
+        current = self.tokens.gather(1, block_pos)
+        is_masked = current == mask_id
+        candidates, confidence = sample_tokens(logits.reshape(-1, logits.shape[-1]), policy.temperature,
+                                               policy.top_k, policy.top_p, self._generator)
+        candidates = candidates.view(self.slots, size)
+        confidence = confidence.view(self.slots, size).masked_fill(~is_masked, float("-inf"))
+        active = ~self.done
+        quota = commit_quota(self.block_masked, self.step_in_block, self._steps, is_masked)
+        commit = choose_commits(policy.strategy, confidence, is_masked, quota, policy.threshold) & active[:, None]
+        self.tokens.scatter_(1, block_pos, torch.where(commit, candidates, current))
+        self.step_of.scatter_(1, block_pos, torch.where(commit, self.passes[:, None],
+                                                        self.step_of.gather(1, block_pos)))
+        self.passes += active
+        self.step_in_block += active
+        complete = active & ~(is_masked & ~commit).any(1)
+
+        # Stop tokens are checked when a block is committed; the stop token itself is kept in token_ids.
+        block_tokens = self.tokens.gather(1, block_pos)
+        is_stop = ((block_tokens[:, :, None] == self.stop_ids[:, None, :]).any(-1)
+                   & (block_pos >= self.prompt_len[:, None]))
+        has_stop = complete & is_stop.any(1)
+        first_stop = block_pos.gather(1, is_stop.float().argmax(1, keepdim=True)).squeeze(1)
+        at_limit = complete & ~has_stop & (self.start + size >= self.length_limit)
+        self.out_end = torch.where(has_stop, first_stop + 1, torch.where(
+            at_limit, self.length_limit, torch.where(complete, self.start + size, self.out_end)))
+        self.finish = torch.where(has_stop, FINISH_REASONS.index("stop"), self.finish)
+        self.done |= has_stop | at_limit
+        advance = complete & ~self.done
+        self.start = torch.where(advance, self.start + size, self.start)
+        self.step_in_block = torch.where(advance, 0, self.step_in_block)
+        self.block_masked = torch.where(advance, size, self.block_masked)
+        needed = (self.start + size).masked_fill(self.done, 0).max()
+        flags = torch.cat([self.done.long(), complete.long(), needed[None]]).tolist()  # the pass's one sync
+        self._needed = flags[-1]
+        done, complete = flags[: self.slots], flags[self.slots: 2 * self.slots]
+        streaming = [slot for slot, r in self._running.items() if complete[slot] and r.on_block is not None]
+        if streaming:
+            self._stream(streaming)
+        ended = [slot for slot in self._running if done[slot]]
+        return self._harvest(ended) if ended else []
+
+    def _stream(self, slots: list[int]) -> None:
+        rows = torch.tensor(slots, device=self.engine.device)
+        ends = self.out_end[rows].tolist()
+        for slot, end, row in zip(slots, ends, self.tokens[rows, : max(ends)].tolist()):
+            request = self._running[slot]
+            ids = row[len(request.prompt_ids): end]
+            request.on_block(BlockUpdate(request.id, ids, self.engine._decode(ids, request.stop)))
+
+    def _harvest(self, slots: list[int]) -> list[tuple[int, Generation]]:
+        """Results of finished rows; their slots become free (they stay `done`, computing in scratch)."""
+        rows = torch.tensor(slots, device=self.engine.device)
+        ends, passes, finish = torch.stack([self.out_end[rows], self.passes[rows], self.finish[rows]]).tolist()
+        rows_out = torch.stack([self.tokens[rows, : max(ends)], self.step_of[rows, : max(ends)]], 1).tolist()
+        results = []
+        for slot, end, n_passes, reason, (ids, steps) in zip(slots, ends, passes, finish, rows_out):
+            request = self._running.pop(slot)
+            begin = len(request.prompt_ids)
+            results.append((request.id, self._result(request, ids[begin:end], steps[begin:end], n_passes,
+                                                     FINISH_REASONS[reason])))
+        return results
+
+    def _result(self, request: _Request, ids: list[int], step_map: list[int], passes: int,
+                reason: str) -> Generation:
+        stats = GenerationStats(
+            forward_passes=passes,
+            tokens_per_forward=len(ids) / passes if passes else 0.0,
+            wall_time_s=time.perf_counter() - request.submitted,
+            prompt_tokens=len(request.prompt_ids),
+            generated_tokens=len(ids),
+        )
+        return Generation(ids, self.engine._decode(ids, request.stop), step_map, stats, reason)
 
 
 class BlockDiffusionEngine:
     def __init__(self, model: DiceForBlockDiffusion, tokenizer, device=None, use_cuda_graphs: bool | None = None,
-                 compile: bool | None = None):
+                 compile: bool | None = None, cache_budget: CacheBudget | None = None):
         """use_cuda_graphs / compile default to on for CUDA devices (compiling costs ~a minute at load)."""
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -150,13 +624,41 @@ class BlockDiffusionEngine:
         if next(model.parameters()).device != self.device:
             self.model.to(self.device)
         self.model.fuse_projections()  # after the move: moving a model undoes the fusion
+        self.dtype = next(self.model.parameters()).dtype
+        self.cache_budget = cache_budget or CacheBudget()
         if use_cuda_graphs is None:
             use_cuda_graphs = self.device.type == "cuda"
         if compile is None:
             compile = use_cuda_graphs
         self.runner = ForwardRunner(self.model, use_cuda_graphs, compile=compile)
+        self._kept_cache: KVCache | None = None
 
-    @torch.inference_mode()
+    def take_cache(self, capacity: int, slots: int | None) -> KVCache:
+        """A cache of `slots` rows × `capacity` positions (slots None: as many as fit). The last batcher's cache is
+        reused when it has that shape, so the CUDA graphs captured on it replay at once: repeated generate() calls
+        of one shape (an editor's requests, RL rounds) capture nothing after the first. Its stale keys/values are
+        never visible (see ContinuousBatcher)."""
+        kept, self._kept_cache = self._kept_cache, None
+        if kept is not None and slots == kept.k[0].shape[0] and capacity == kept.max_length:
+            return kept
+        if kept is not None:
+            self.runner.release(kept)  # before sizing: its memory counts as free again
+            del kept
+        plan = self.cache_plan(capacity, slots)
+        return KVCache(self.config, plan.slots, capacity, self.device, self.dtype)
+
+    def keep_cache(self, cache: KVCache) -> None:
+        """Keep one cache (the latest) with its graphs for reuse; an older kept one is released."""
+        if self._kept_cache is not None and self._kept_cache is not cache:
+            self.runner.release(self._kept_cache)
+        self._kept_cache = cache
+
+    def cache_plan(self, capacity: int, slots: int | None = None) -> CachePlan:
+        """Slots × `capacity` positions sized from the memory this engine may use now (see plan_cache)."""
+        bucket = self.runner.length_bucket if self.runner.use_graphs else None
+        return plan_cache(self.config, self.dtype, capacity, available_memory(self.device, self.cache_budget),
+                          self.cache_budget, slots, bucket, where=self.device.type.upper())
+
     def generate(
         self,
         prompts: Sequence[str] | Sequence[Sequence[int]],
@@ -173,125 +675,26 @@ class BlockDiffusionEngine:
         on_block: Callable[[BlockUpdate], None] | None = None,
         cancel=None,
     ) -> list[Generation]:
-        """Decode n candidates for every prompt; results are prompt-major (prompt i, candidate j at i*n+j)."""
-        if strategy not in STRATEGIES:
-            raise ValueError(f"unknown decoding strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        """Decode n candidates for every prompt, all together; results are prompt-major (prompt i, candidate j at
+        i*n+j). Raises CacheMemoryError (saying what to lower) when the batch cannot fit in GPU memory."""
+        policy = DecodingPolicy(strategy, threshold, temperature, top_k, top_p, steps_per_block, seed)
         if n < 1 or max_new_tokens < 1:
             raise ValueError("n and max_new_tokens must be at least 1")
-        started = time.perf_counter()
-        dev = self.device
-        size = self.config.block_size
-        steps = steps_per_block or size
-        mask_id = self.config.mask_token_id
-        stop_list = list(self.tokenizer.stop_token_ids if stop is None else stop)
-        stop_ids = torch.tensor(stop_list, dtype=torch.long, device=dev)
-        generator = torch.Generator(device=dev).manual_seed(seed) if seed is not None else None
-
         rows = [self._encode(p) for p in prompts for _ in range(n)]
         if not rows:
             return []
-        batch = len(rows)
-        lengths = [len(r) for r in rows]
-        starts = [(lp // size) * size for lp in lengths]  # first generation block; holds the prompt tail
-        max_len = max(s + math.ceil((lp - s + max_new_tokens) / size) * size for s, lp in zip(starts, lengths))
+        max_len = max(positions_needed(len(r), max_new_tokens, self.config.block_size) for r in rows)
         if max_len > self.config.max_position_embeddings:
             raise ValueError(
-                f"prompt ({max(lengths)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
-                f"{self.config.max_position_embeddings} positions; shorten the prompt or lower max_new_tokens"
+                f"prompt ({max(len(r) for r in rows)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                f"model's {self.config.max_position_embeddings} positions; shorten the prompt or lower max_new_tokens"
             )
-        # Two blocks of scratch slots past the end: finished rows (and the missing "previous block" of a row
-        # whose generation starts at position 0) compute there, outside every real query's view.
-        capacity = max_len + 2 * size
-        tokens = torch.full((batch, capacity), mask_id, dtype=torch.long, device=dev)
-        for b, r in enumerate(rows):
-            tokens[b, : len(r)] = torch.tensor(r, dtype=torch.long, device=dev)
-        step_of = torch.full((batch, capacity), -1, dtype=torch.long, device=dev)
-        cache = KVCache(self.config, batch, capacity, dev, next(self.model.parameters()).dtype)
-
-        prefill = max(starts)
-        if prefill:
-            # Rows with a shorter prompt write junk past their own prefill; those slots are rewritten by their
-            # own blocks before any query can see them.
-            positions = torch.arange(prefill, device=dev)[None].expand(batch, -1)
-            cache.length = prefill
-            self.model(tokens[:, :prefill], positions, kv_cache=cache, logits_slice=slice(0, 0))
-
-        # Per-row decoding state, all on the device: one host sync per pass (is everyone done?).
-        prompt_len = torch.tensor(lengths, device=dev)
-        start = torch.tensor(starts, device=dev)
-        done = torch.zeros(batch, dtype=torch.bool, device=dev)
-        finish = torch.zeros(batch, dtype=torch.long, device=dev)  # index into FINISH_REASONS
-        out_end = start.clone()
-        passes = torch.zeros(batch, dtype=torch.long, device=dev)
-        step_in_block = torch.zeros(batch, dtype=torch.long, device=dev)
-        offsets = torch.arange(-size, size, device=dev)
-        scratch = torch.arange(max_len, capacity, device=dev)
-        block_masked = (tokens.gather(1, start[:, None] + offsets[size:]) == mask_id).sum(1)
-        length_limit = prompt_len + max_new_tokens
-        needed = max(starts) + size
-
-        while True:
-            if cancel is not None and cancel.is_set():
-                finish = torch.where(done, finish, FINISH_REASONS.index("cancelled"))
-                break
-            positions = torch.where(done[:, None], scratch, start[:, None] + offsets)
-            positions[:, :size] = torch.where((start == 0)[:, None], scratch[:size], positions[:, :size])
-            cache.length = self.runner.attended_length(needed, capacity)
-            logits = self.runner(tokens.gather(1, positions), positions, cache, slice(size, 2 * size))
-            logits = logits.float()
-            logits[..., mask_id] = float("-inf")  # committing the mask token would leave the position masked
-            block_pos = positions[:, size:]
-            current = tokens.gather(1, block_pos)
-            is_masked = current == mask_id
-            candidates, confidence = sample_tokens(logits.reshape(-1, logits.shape[-1]), temperature, top_k, top_p,
-                                                   generator)
-            candidates = candidates.view(batch, size)
-            confidence = confidence.view(batch, size).masked_fill(~is_masked, float("-inf"))
-            active = ~done
-            commit = self._choose(strategy, confidence, is_masked, self._quota(block_masked, step_in_block, steps,
-                                                                                is_masked), threshold)
-            commit &= active[:, None]
-            tokens.scatter_(1, block_pos, torch.where(commit, candidates, current))
-            step_of.scatter_(1, block_pos, torch.where(commit, passes[:, None], step_of.gather(1, block_pos)))
-            passes += active
-            step_in_block += active
-            complete = active & ~(is_masked & ~commit).any(1)
-
-            # Stop tokens are checked when a block is committed; the stop token itself is kept in token_ids.
-            block_tokens = tokens.gather(1, block_pos)
-            is_stop = torch.isin(block_tokens, stop_ids) & (block_pos >= prompt_len[:, None])
-            has_stop = complete & is_stop.any(1)
-            first_stop = block_pos.gather(1, is_stop.float().argmax(1, keepdim=True)).squeeze(1)
-            at_limit = complete & ~has_stop & (start + size >= length_limit)
-            out_end = torch.where(has_stop, first_stop + 1, torch.where(at_limit, length_limit,
-                                                                       torch.where(complete, start + size, out_end)))
-            finish = torch.where(has_stop, FINISH_REASONS.index("stop"), finish)
-            done |= has_stop | at_limit
-            advance = complete & ~done
-            if on_block is not None:
-                self._stream(on_block, complete, tokens, prompt_len, out_end, stop_list)
-            start = torch.where(advance, start + size, start)
-            step_in_block = torch.where(advance, 0, step_in_block)
-            block_masked = torch.where(advance, size, block_masked)
-            all_done, needed = torch.stack([done.all().long(), (start + size).masked_fill(done, 0).max()]).tolist()
-            if all_done:
-                break
-
-        self.runner.release(cache)
-        wall = time.perf_counter() - started
-        results = []
-        out_end, passes, finish = out_end.tolist(), passes.tolist(), finish.tolist()
-        for b in range(batch):
-            ids = tokens[b, lengths[b]:out_end[b]].tolist()
-            stats = GenerationStats(
-                forward_passes=passes[b],
-                tokens_per_forward=len(ids) / passes[b] if passes[b] else 0.0,
-                wall_time_s=wall,
-                prompt_tokens=lengths[b],
-                generated_tokens=len(ids),
-            )
-            step_map = step_of[b, lengths[b]:out_end[b]].tolist()
-            results.append(Generation(ids, self._decode(ids, stop_list), step_map, stats, FINISH_REASONS[finish[b]]))
+        results: list[Generation | None] = [None] * len(rows)
+        with ContinuousBatcher(self, slots=len(rows), max_length=max_len, policy=policy) as batcher:
+            for row in rows:
+                batcher.submit(row, max_new_tokens, stop, on_block)
+            for request_id, generation in batcher.run(cancel):
+                results[request_id] = generation
         return results
 
     def _encode(self, prompt) -> list[int]:
@@ -307,32 +710,3 @@ class BlockDiffusionEngine:
                 break
             kept.append(t)
         return self.tokenizer.decode(kept)
-
-    def _stream(self, on_block, complete, tokens, prompt_len, out_end, stop_list):
-        for b in complete.nonzero().flatten().tolist():
-            ids = tokens[b, int(prompt_len[b]):int(out_end[b])].tolist()
-            on_block(BlockUpdate(index=b, token_ids=ids, text=self._decode(ids, stop_list)))
-
-    @staticmethod
-    def _quota(block_masked, step_in_block, steps, is_masked) -> torch.Tensor:
-        """Tokens to commit this step per row: SDAR's even split of the block's masks over the steps."""
-        n_steps = block_masked.clamp(max=steps).clamp(min=1)
-        quota = block_masked // n_steps + (step_in_block < block_masked % n_steps).long()
-        # Past the last scheduled step (never reached by static), commit whatever is left.
-        return torch.where(step_in_block >= n_steps, is_masked.sum(1), quota)
-
-    @staticmethod
-    def _choose(strategy, confidence, is_masked, quota, threshold) -> torch.Tensor:
-        """Which masked positions [B, size] to commit this step."""
-        size = confidence.shape[1]
-        if strategy == "sequential":
-            # Rank masked positions left to right.
-            order_key = torch.where(is_masked, torch.arange(size, device=confidence.device).float(),
-                                    torch.full_like(confidence, float("inf")))
-            rank = order_key.argsort(dim=1).argsort(dim=1)
-        else:
-            rank = confidence.argsort(dim=1, descending=True).argsort(dim=1)
-        commit = (rank < quota[:, None]) & is_masked
-        if strategy == "dynamic":
-            commit |= (confidence > threshold) & is_masked
-        return commit

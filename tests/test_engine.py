@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from dice_copilot.model.config import DiceConfig
-from dice_copilot.model.engine import BlockDiffusionEngine, sample_tokens
+from dice_copilot.model.engine import BlockDiffusionEngine, choose_commits, sample_tokens
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import DiceForBlockDiffusion
 
 STOP = 0  # the tiny preset's eos id
+pytestmark = pytest.mark.usefixtures("single_torch_thread")  # tiny forwards: threads only contend
 
 
 class IdTokenizer:
@@ -97,7 +98,7 @@ def test_dynamic_commits_every_token_above_threshold_and_at_least_one():
 def test_dynamic_commit_choice_follows_confidence():
     confidence = torch.tensor([[0.95, 0.2, 0.91, float("-inf")], [0.1, 0.3, 0.2, 0.4]])
     masked = confidence > float("-inf")
-    commit = BlockDiffusionEngine._choose("dynamic", confidence, masked, torch.tensor([1, 1]), 0.9)
+    commit = choose_commits("dynamic", confidence, masked, torch.tensor([1, 1]), 0.9)
     assert commit.tolist() == [[True, False, True, False], [False, False, False, True]]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dice_copilot.validator import Budget, Candidate, Problem, ValidatorPool
+from dice_copilot.validator.compile import CompileConfig
 
 pytestmark = pytest.mark.gpu
 
@@ -110,3 +111,27 @@ def test_compile_that_never_ends_times_out_and_pool_survives(pool, tmp_path):
     verdict = pool.validate(_problem("relu"), never, "ide", Budget(compile_timeout_s=10, call_timeout_s=5))
     assert verdict.failure_code == "timeout" and "did not finish within 10 s" in verdict.failure
     _assert_survives(pool, verdict, started, 60)
+
+
+def test_infills_of_one_problem_share_a_warm_worker(tmp_path):
+    """Kernel-body infills have distinct module names, so one worker imports them all without being replaced."""
+    correct = _variant("relu", "y[i] = v > 0.f ? v : 0.f;", "y[i] = fmaxf(v, 0.f);")
+    wrong = _variant("relu", "y[i] = v > 0.f ? v : 0.f;", "y[i] = fabsf(v);")
+    again = _variant("relu", "y[i] = v > 0.f ? v : 0.f;", "y[i] = v < 0.f ? 0.f : v;")
+    quick = Budget(timing=False, call_timeout_s=10, compile_timeout_s=240)
+    # A cache of its own and no PCH: which units each build compiles must not depend on earlier runs.
+    config = CompileConfig(cache_dir=tmp_path / "cache", use_pch=False)
+    with ValidatorPool(gpus=[0], compile_config=config) as pool:
+        first = pool.validate(_problem("relu"), Candidate.from_file(PROBLEMS / "relu" / "candidate.py"), "ide", quick)
+        assert first.passed, (first.failure, first.compiler_log[-3000:])
+        pid = pool._workers[0].proc.pid
+        verdicts = [pool.validate(_problem("relu"), c, "ide", quick) for c in (correct, wrong, again)]
+        assert verdicts[0].passed and verdicts[2].passed, [v.failure for v in verdicts]
+        assert not verdicts[1].passed and verdicts[1].failure_code == "incorrect", verdicts[1].failure
+        for verdict in verdicts:
+            (build,) = verdict.details["builds"]
+            assert build["strategy"] == "split" and verdict.details["fresh_worker"] is False
+        assert [v.details["builds"][0]["compiled_units"] for v in verdicts] == [["kernels.cu", "module.cpp"]] * 3
+        assert pool.worker_swaps == 0 and pool.worker_replacements == 0
+        assert pool._workers[0].proc.pid == pid
+        assert len(set(pool._workers[0].loaded_modules)) == 4

@@ -128,9 +128,10 @@ def test_verdict_json_round_trip_and_summaries():
 def test_split_moves_kernels_away_from_torch_and_rewrites_launches():
     (spec,) = Candidate.from_source(CANDIDATE, path="cand.py").static_specs
     _, cuda = load_inline_sources(spec)
-    host, device = split_host_device(cuda[3:])
-    host_text, device_text = "\n".join(c.text for c in host), "\n".join(c.text for c in device)
-    assert "torch" not in device_text and "__global__ void twice_kernel" in device_text
+    split = split_host_device(cuda[3:])
+    host_text, device_text = "\n".join(c.text for c in split.host), "\n".join(c.text for c in split.device)
+    assert "torch" not in device_text and 'extern "C" __global__ void twice_kernel' in device_text
+    assert split.kernels == ["twice_kernel"] and "cudaLaunchKernel" in host_text
     assert "twice_kernel<<<" not in host_text and "__dice_launch_twice_kernel(dim3((n + 255) / 256)" in host_text
     # The launch spanned two lines; the rewrite keeps the host function's line count.
     original = next(c for c in cuda[3:]).text

@@ -20,6 +20,8 @@ from .verdict import Diagnostic, TimingStats, Verdict
 from .worker import WorkerError, WorkerProcess
 
 NO_DEVICE = "not run: no CUDA device"
+# A job that waited this long for its worker to come up paid for a process start (an idle worker answers in us).
+FRESH_WORKER_WAIT_S = 0.2
 
 
 @dataclass
@@ -115,6 +117,10 @@ class ValidatorPool:
         if warm and self.gpus and not run_on_cpu and self.compile_config.use_pch:
             threading.Thread(target=self.builder.prepare_common_headers, daemon=True).start()
         self._closed = False
+        # Telemetry: workers killed and restarted for a module-name clash (should stay 0: every fast-mode build has
+        # a module name of its own) and workers replaced after a crash, hang, sticky error or their job quota.
+        self.worker_swaps = 0
+        self.worker_replacements = 0
 
     @staticmethod
     def _start_quietly(worker: WorkerProcess) -> None:
@@ -224,6 +230,9 @@ class ValidatorPool:
             result = self.builder.build(spec, work.budget.compile_timeout_s)
             logs.append(result.log)
             cached = cached and result.cached
+            verdict.details.setdefault("builds", []).append({
+                "extension": spec.name, "strategy": result.strategy, "seconds": round(result.seconds, 3),
+                "cached": result.cached, "compiled_units": result.compiled_units})
             verdict.diagnostics += [_relocate(d, candidate) for d in result.diagnostics]
             if not result.ok:
                 verdict.compiler_log = "\n".join(logs)
@@ -288,8 +297,9 @@ class ValidatorPool:
         }
         worker = self._idle.get()
         modules = {entry["module_name"]: entry["so_path"] for entry in work.prebuilt.values()}
+        fresh = False
         if any(worker.loaded_modules.get(name, path) != path for name, path in modules.items()):
-            worker = self._swap(worker)
+            worker, fresh = self._swap(worker), True
         worker.loaded_modules.update(modules)
         start = time.monotonic()
         try:
@@ -304,9 +314,10 @@ class ValidatorPool:
             verdict.stage_times["gpu"] = time.monotonic() - start
             self._replace(worker)
             return
+        fresh = fresh or worker.last_start_s > FRESH_WORKER_WAIT_S
         if result.get("failure_code") == "stale_extension":
             # Built inside the worker under a name it had already imported: judge it again in a fresh process.
-            worker = self._swap(worker)
+            worker, fresh = self._swap(worker), True
             try:
                 result = worker.run_job(job, budget.total_timeout_s + budget.compile_timeout_s)
             except WorkerError as exc:
@@ -319,10 +330,13 @@ class ValidatorPool:
             self._idle.put(worker)
         _merge_result(verdict, result)
         verdict.stage_times["gpu"] = time.monotonic() - start
+        # Whether this verdict waited for a worker process to start (torch import + CUDA init, seconds).
+        verdict.details["fresh_worker"] = fresh
 
     def _swap(self, worker: WorkerProcess) -> WorkerProcess:
         """A fresh worker in place of an idle one, for the caller's own use (not put back in the idle queue)."""
         worker.kill()
+        self.worker_swaps += 1
         fresh = WorkerProcess(gpu_index=worker.gpu_index)
         self._workers[self._workers.index(worker)] = fresh
         return fresh
@@ -330,6 +344,7 @@ class ValidatorPool:
     def _replace(self, worker: WorkerProcess) -> None:
         """Discard a worker (hung, crashed or with a broken CUDA context) and start a fresh one in the background."""
         worker.kill()
+        self.worker_replacements += 1
         fresh = WorkerProcess(gpu_index=worker.gpu_index)
         self._workers[self._workers.index(worker)] = fresh
         if not self._closed:

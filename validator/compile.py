@@ -1,6 +1,12 @@
-"""Building candidate CUDA extensions: a content-addressed build cache, a fast path (kernels compiled by nvcc without
-torch headers, host glue by g++ with a precompiled torch header) and the load_inline-compatible path, hard timeouts
-that kill the whole compiler process group, and compiler messages mapped back to candidate-file lines."""
+"""Building candidate CUDA extensions: a content-addressed build cache, a fast path (kernels compiled by `nvcc -cubin`
+without torch headers and embedded into the extension, host glue by g++ with a precompiled torch header) and the
+load_inline-compatible path, hard timeouts that kill the whole compiler process group, and compiler messages mapped
+back to candidate-file lines.
+
+In the fast mode every build gets its own module name (`dice_<build key>`) while the pybind glue is compiled under
+a name that follows the glue text only (`dice_glue_<hash>`), so the glue's object file is shared by every
+kernel-body infill; a generated one-line `PyInit_<unique>` forwards to the glue's init function. A warm worker can
+therefore import any number of infills of one problem without a name clash."""
 
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .kernel_split import SplitError, split_host_device
+from .kernel_split import CUBIN_SYMBOL, SplitError, split_host_device
 from .problem import ExtensionSpec, SourceSegment
 from .verdict import Diagnostic
 
@@ -73,6 +79,9 @@ class BuildResult:
     strategy: str = ""  # "split" | "full"
     failed_units: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    # Generated units this build compiled, and those whose object came from the object cache.
+    compiled_units: list[str] = field(default_factory=list)
+    reused_units: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -422,31 +431,36 @@ class ExtensionBuilder:
             return result
         flags = self._flags(spec)
         cpp_chunks, cuda_chunks = self._sources(spec)
-        # The module name follows the pybind glue only, so the glue's object file is shared by every candidate
-        # with the same declarations (typical for samples of one problem and for kernel-body infills).
+        # The glue name follows the pybind glue only, so the glue's object file is shared by every candidate with
+        # the same declarations (typical for samples of one problem and for kernel-body infills).
         glue_hash = hashlib.sha256(("\n".join(c.text for c in cpp_chunks) + flags.signature).encode()).hexdigest()
-        module_name = f"dice_{glue_hash[:24]}"
+        glue_name = f"dice_{glue_hash[:24]}"
+        module_name = glue_name
+        if self.config.mode == "fast" and not _registers_global_names(spec):
+            # A name of its own per build (the build directory is keyed by all sources and flags).
+            module_name = f"dice_{build_dir.name[:24]}"
         so_path = build_dir / f"{module_name}.so"
-        define = f"-DTORCH_EXTENSION_NAME={module_name}"
+        define = f"-DTORCH_EXTENSION_NAME={glue_name}"
         use_pch = self.config.use_pch and not spec.no_implicit_headers
         log_prefix = ""
         if self.config.mode == "fast" and cuda_chunks and not spec.no_implicit_headers and not spec.source_paths:
             try:
-                host_chunks, device_chunks = split_host_device(cuda_chunks[3:])
+                split = split_host_device(cuda_chunks[3:])
+                cubin_flags = _cubin_nvcc_flags(flags.cuda_cflags, self.arch)
             except SplitError as why:
                 log_prefix = f"[fast path not used: {why}]\n"
             else:
-                host_chunks = [_Chunk("#include <torch/extension.h>")] + host_chunks
+                host_chunks = [_Chunk("#include <torch/extension.h>")] + split.host
                 units = [("main.cpp", cpp_chunks, "cxx"), ("host.cpp", host_chunks, "cxx"),
-                         ("kernels.cu", device_chunks, "nvcc-lite")]
-                result = self._compile_and_link(module_name, build_dir, so_path, deadline, flags, define, use_pch,
-                                                units, strategy="split")
+                         ("kernels.cu", split.device, "cubin")]
+                result = self._compile_and_link(module_name, glue_name, build_dir, so_path, deadline, flags, define,
+                                                use_pch, units, strategy="split", cubin_flags=cubin_flags)
                 if result.ok or _kernel_error_is_final(result):
                     return result
                 log_prefix = "[fast path failed; result below is from the load_inline layout]\n"
         units = [("main.cpp", cpp_chunks, "cxx")] + ([("cuda.cu", cuda_chunks, "nvcc")] if cuda_chunks else [])
-        result = self._compile_and_link(module_name, build_dir, so_path, deadline, flags, define, use_pch, units,
-                                        strategy="full")
+        result = self._compile_and_link(module_name, glue_name, build_dir, so_path, deadline, flags, define,
+                                        use_pch, units, strategy="full")
         result.log = log_prefix + result.log
         return result
 
@@ -457,41 +471,55 @@ class ExtensionBuilder:
         return _segment_chunks(spec.cpp_sources, spec.cpp_segments), _segment_chunks(spec.cuda_sources,
                                                                                       spec.cuda_segments)
 
-    def _compile_and_link(self, module_name, build_dir, so_path, deadline, flags, define, use_pch, units,
-                          strategy) -> BuildResult:
-        files, pending, objects = [], [], []
+    def _compile_and_link(self, module_name, glue_name, build_dir, so_path, deadline, flags, define, use_pch,
+                          units, strategy, cubin_flags: list[str] | None = None) -> BuildResult:
+        """Compile the units side by side (objects come from the object cache when unchanged), then the module
+        file (init shim and embedded cubin, when any), then link."""
+        files, pending, objects, reused = [], [], [], []
         include_dirs = sorted({str(Path(p).parent) for p in self._source_paths_of(units)})
         extra_inc = [f"-I{d}" for d in include_dirs]
+        cubin: Path | None = None
         for name, chunks, tool in units:
             if not any(c.text.strip() for c in chunks):
                 continue  # e.g. the empty main.cpp of a bare .cu file
             generated = GeneratedFile.write(build_dir / name, chunks)
             files.append(generated)
             obj = build_dir / (name + ".o")
-            objects.append(str(obj))
             if tool == "cxx":
                 pch = self._pch_flags(flags, _leading_pch_headers(generated.path.read_text())) if use_pch else []
                 cmd = [self.config.cxx, *flags.cflags, define, *extra_inc, *pch, "-c", name, "-o", obj.name]
             elif tool == "nvcc":
                 cmd = [self.config.nvcc, *flags.cuda_cflags, define, *extra_inc, "-c", name, "-o", obj.name]
-            else:  # kernels without torch: only CUDA include paths and the arch/codegen flags
-                cmd = [self.config.nvcc, *_lite_nvcc_flags(flags.cuda_cflags), *extra_inc, "-c", name, "-o", obj.name]
-            cached_obj = self._object_cache_path(cmd, generated.path.read_bytes())
-            if cached_obj.exists():
-                shutil.copyfile(cached_obj, obj)
+            else:  # device code only, no torch: CUDA include paths, macros and codegen flags for one GPU target
+                obj = cubin = build_dir / "kernels.cubin"
+                cmd = [self.config.nvcc, *cubin_flags, *extra_inc, "-cubin", name, "-o", obj.name]
+            if tool != "cubin":
+                objects.append(str(obj))
+            if not self._from_object_cache(cmd, generated.path.read_bytes(), obj):
+                pending.append((cmd, obj, name))
             else:
-                pending.append((cmd, obj, cached_obj))
-        outcomes = run_parallel([cmd for cmd, _, _ in pending], deadline, build_dir) if pending else []
+                reused.append(name)
+        outcomes = self._run_units(pending, deadline, build_dir)
         log = "\n".join(f"$ {shlex.join(map(str, c))}\n{out}" for (c, _, _), (_, out) in zip(pending, outcomes))
-        for (_, obj, cached_obj), (rc, _) in zip(pending, outcomes):
-            if rc == 0:
-                cached_obj.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cached_obj.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
-                shutil.copyfile(obj, tmp)
-                tmp.replace(cached_obj)
         ok = all(rc == 0 for rc, _ in outcomes)
-        failed_units = [Path(c[-3]).name for (c, _, _), (rc, out) in zip(pending, outcomes)
+        failed_units = [name for (_, _, name), (rc, out) in zip(pending, outcomes)
                         if rc != 0 and not out.endswith("[stopped: another unit failed]")]
+        compiled = [name for _, _, name in pending]
+        if ok and module_name != glue_name:
+            # The init shim (and the cubin) in a tiny unit of its own: no headers, milliseconds to compile.
+            module_file = build_dir / "module.cpp"
+            module_file.write_text(_module_source(module_name, glue_name, cubin))
+            obj = build_dir / "module.cpp.o"
+            cmd = [self.config.cxx, "-fPIC", "-c", module_file.name, "-o", obj.name]
+            objects.append(str(obj))
+            if self._from_object_cache(cmd, module_file.read_bytes(), obj):
+                reused.append(module_file.name)
+            else:
+                compiled.append(module_file.name)
+                rc, out = self._run_units([(cmd, obj, module_file.name)], deadline, build_dir)[0]
+                log += f"\n$ {shlex.join(cmd)}\n{out}"
+                ok = rc == 0
+                failed_units += [] if ok else [module_file.name]
         if ok and self.config.link:
             link = [self.config.cxx, *objects, *flags.ldflags, "-o", so_path.name]
             rc, out = run_with_deadline(link, deadline, build_dir)
@@ -499,7 +527,28 @@ class ExtensionBuilder:
             ok = rc == 0
         diagnostics = map_diagnostics(log, files) if not ok or "warning" in log else []
         return BuildResult(ok, module_name, str(so_path) if ok and self.config.link else None, log, 0.0,
-                           strategy=strategy, diagnostics=diagnostics, failed_units=failed_units)
+                           strategy=strategy, diagnostics=diagnostics, failed_units=failed_units,
+                           compiled_units=compiled, reused_units=reused)
+
+    def _from_object_cache(self, cmd: list[str], text: bytes, obj: Path) -> bool:
+        cached_obj = self._object_cache_path(cmd, text)
+        if cached_obj.exists():
+            shutil.copyfile(cached_obj, obj)
+            return True
+        return False
+
+    def _run_units(self, pending: list[tuple[list[str], Path, str]], deadline: float,
+                   build_dir: Path) -> list[tuple[int, str]]:
+        """Compile side by side; store each successful output in the object cache (keyed by command and text)."""
+        outcomes = run_parallel([cmd for cmd, _, _ in pending], deadline, build_dir) if pending else []
+        for (cmd, obj, name), (rc, _) in zip(pending, outcomes):
+            if rc == 0:
+                cached_obj = self._object_cache_path(cmd, (build_dir / name).read_bytes())
+                cached_obj.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cached_obj.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
+                shutil.copyfile(obj, tmp)
+                tmp.replace(cached_obj)
+        return outcomes
 
     def _object_cache_path(self, cmd: list[str], text: bytes) -> Path:
         key = hashlib.sha256(json.dumps([str(c) for c in cmd]).encode() + b"\0" + text).hexdigest()
@@ -588,6 +637,58 @@ def _leading_pch_headers(text: str) -> tuple[str, ...]:
         if match and match.group(1) in PCH_EXTRA_HEADERS:
             found.add(match.group(1))
     return tuple(h for h in PCH_EXTRA_HEADERS if h in found)
+
+
+def _registers_global_names(spec: ExtensionSpec) -> bool:
+    """Bindings that register process-wide names (pybind11 classes, torch operator libraries) clash when two
+    builds of one problem are imported into one process; such builds keep the glue name as their module name, so
+    a warm worker that already holds one is replaced (see api.ValidatorPool._gpu_stage)."""
+    text = "\n".join([*spec.cpp_sources, *spec.cuda_sources])
+    return re.search(r"\bclass_\s*<|\bTORCH_LIBRARY|\benum_\s*<|\bregister_exception\b", text) is not None
+
+
+def _module_source(module_name: str, glue_name: str, cubin: Path | None) -> str:
+    """`PyInit_<module>` forwarding to the glue's `PyInit_<glue>`, plus the cubin's bytes (with its hash in a
+    comment, so the object cache, keyed by this text, never serves another cubin's object). Sound for multi-phase
+    init (pybind11 3: the def is bound to the import spec, so `__name__` is the module name) and for single-phase
+    init (older pybind11: the module keeps the glue's `__name__`; the import system files it under the spec name).
+    The glue's init is a weak reference: a glue without a Python module (no PyInit) still loads."""
+    lines = ["typedef struct _object PyObject;",
+             f'extern "C" __attribute__((weak)) PyObject* PyInit_{glue_name}();',
+             f'extern "C" __attribute__((visibility("default"))) PyObject* PyInit_{module_name}() {{',
+             f"    return PyInit_{glue_name} ? PyInit_{glue_name}() : nullptr;",
+             "}"]
+    if cubin is not None:
+        digest = hashlib.sha256(cubin.read_bytes()).hexdigest()
+        lines += [f"// {cubin.name} sha256 {digest}",
+                  f'__asm__(".section .rodata\\n.balign 64\\n.globl {CUBIN_SYMBOL}\\n.hidden {CUBIN_SYMBOL}\\n'
+                  f'.type {CUBIN_SYMBOL}, @object\\n{CUBIN_SYMBOL}:\\n.incbin \\"{cubin.name}\\"\\n.byte 0\\n'
+                  f'.size {CUBIN_SYMBOL}, . - {CUBIN_SYMBOL}\\n.previous\\n");']
+    return "\n".join(lines) + "\n"
+
+
+_ARCH_FLAG = re.compile(r"^(-gencode|--generate-code|-arch|--gpu-architecture|-code|--gpu-code)(=(.*))?$")
+
+
+def _cubin_nvcc_flags(cuda_cflags: tuple[str, ...], arch: str) -> list[str]:
+    """Flags for `nvcc -cubin` of the kernels file: the torch-free flags of the load_inline build with its GPU
+    targets reduced to one `-arch=sm_XY` (the one real target the candidate asked for, else the local arch).
+    SplitError when the flags cannot give one loadable cubin (several real targets, relocatable device code)."""
+    kept, targets, values = [], set(), iter(_lite_nvcc_flags(cuda_cflags))
+    for flag in values:
+        match = _ARCH_FLAG.match(flag)
+        if match:
+            value = match.group(3) if match.group(2) else next(values, "")
+            if value in ("native", "all", "all-major"):
+                raise SplitError(f"GPU target '{value}' is not one cubin target")
+            targets.update(re.findall(r"sm_\w+", value))
+            continue
+        if re.match(r"^(-rdc|--relocatable-device-code|-dc|--device-c|-dlink|--device-link|-lib)\b", flag):
+            raise SplitError(f"'{flag}' needs device linking")
+        kept.append(flag)
+    if len(targets) > 1:
+        raise SplitError(f"several GPU targets ({', '.join(sorted(targets))})")
+    return kept + [f"-arch={targets.pop() if targets else arch}"]
 
 
 def _lite_nvcc_flags(cuda_cflags: tuple[str, ...]) -> list[str]:

@@ -1,12 +1,15 @@
-"""Splits a load_inline CUDA source into a torch-free kernels file (fast for nvcc) and a host file (torch glue for
-g++ with a precompiled header); `<<<...>>>` launches in host code become calls to generated launcher functions.
+"""Splits a load_inline CUDA source into a torch-free kernels file (device code only: nvcc -cubin) and a host file
+(torch glue for g++ with a precompiled header). `<<<...>>>` launches in host code become calls to generated
+launchers in the host file, which load the embedded cubin once with the CUDA runtime's library API and launch with
+cudaLaunchKernel, the same entry point `<<<>>>` uses. Kernels get C linkage in the kernels file so the launchers find
+them by their source name.
 
 Any construct the split cannot handle safely raises SplitError and the caller compiles the source unsplit."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .problem import SourceSegment
 
@@ -16,6 +19,8 @@ _DEVICE_WORDS = re.compile(r"\b(__global__|__device__|__constant__|__shared__|__
 _KERNEL_DEF = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+)*void\s+"
                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 LAUNCH_PREFIX = "__dice_launch_"
+# The cubin's bytes, defined (hidden) by the generated module file that the builder compiles after nvcc -cubin.
+CUBIN_SYMBOL = "dice_kernels_cubin"
 
 
 class SplitError(Exception):
@@ -32,8 +37,17 @@ class _Item:
     directive: bool = False
 
 
-def split_host_device(chunks) -> tuple[list, list]:
-    """chunks: compile._Chunk list of the user's CUDA sources -> (host chunks, device chunks)."""
+@dataclass
+class SplitSources:
+    """The two generated units: host chunks (torch glue + launchers) and device chunks (kernels, C linkage)."""
+
+    host: list
+    device: list
+    kernels: list[str] = field(default_factory=list)  # names in the cubin, in launcher index order
+
+
+def split_host_device(chunks) -> SplitSources:
+    """chunks: compile._Chunk list of the user's CUDA sources -> host and device chunks."""
     from .compile import _Chunk
 
     items: list[_Item] = []
@@ -54,11 +68,20 @@ def split_host_device(chunks) -> tuple[list, list]:
             if match:
                 if re.match(r"\s*template\b", body):
                     raise SplitError(f"templated kernel {match.group(1)}")
-                kernels.setdefault(match.group(1), []).append(_parameter_list(body, match.end() - 1))
+                if match.group(1) in kernels:
+                    raise SplitError(f"kernel {match.group(1)} is declared more than once (a prototype or an "
+                                     f"overload): C linkage for the cubin lookup needs exactly one definition")
+                if not re.search(r"\)\s*\{", body[match.end() - 1:]):
+                    raise SplitError(f"kernel {match.group(1)} is declared without a body here")
+                kernels[match.group(1)] = _parameter_list(body, match.end() - 1)
             elif not re.search(r"\)\s*(const\s*)?\{", body):  # a __device__/__constant__ variable
                 device_symbols.update(re.findall(r"(\w+)\s*(?:\[[^\]]*\])*\s*(?:=[^;]*)?;", body))
 
-    host, device = [_Chunk("#include <cuda_runtime.h>")], [_Chunk("#include <cuda_runtime.h>")]
+    if not kernels:
+        raise SplitError("no __global__ kernel found")
+    names = list(kernels)
+    host = [_Chunk("#include <cuda_runtime.h>"), _Chunk(_launch_support(names))]
+    device = [_Chunk("#include <cuda_runtime.h>")]
     for item in items:
         chunk = _Chunk(item.text, _shift(item.origin, item.line))
         if item.directive:
@@ -70,23 +93,31 @@ def split_host_device(chunks) -> tuple[list, list]:
             continue
         body = _strip_comments_and_strings(item.text)
         if _DEVICE_WORDS.search(body):
-            device.append(chunk)
             match = _KERNEL_DEF.search(body)
             if match:
-                device.append(_Chunk(_launcher_definition(match.group(1), kernels[match.group(1)][-1])))
-                host.append(_Chunk(_launcher_declaration(match.group(1), kernels[match.group(1)][-1])))
+                name = match.group(1)
+                device.append(_Chunk(_with_c_linkage(item.text, name), chunk.origin))
+                host.append(_Chunk(_launcher_definition(name, kernels[name], names.index(name))))
+            else:
+                device.append(chunk)
             continue
-        if device_symbols & set(re.findall(r"\w+", body)):
+        words = set(re.findall(r"\w+", body))
+        if device_symbols & words:
             raise SplitError("host code uses a __device__/__constant__ symbol")
         is_function = re.search(r"\)\s*(const\s*)?(noexcept\s*)?\{", body) is not None
         if is_function or _TORCH_WORDS.search(body):
-            host.append(_Chunk(_rewrite_launches(item.text, kernels), chunk.origin))
+            rewritten = _rewrite_launches(item.text, kernels)
+            other_uses = set(kernels) & set(re.findall(r"\w+", _strip_comments_and_strings(rewritten)))
+            if other_uses:
+                # cudaFuncSetAttribute(k, ...), occupancy queries, taking k's address: need the real symbol.
+                raise SplitError(f"host code uses kernel {sorted(other_uses)[0]} other than launching it")
+            host.append(_Chunk(rewritten, chunk.origin))
         else:
+            if set(kernels) & words:
+                raise SplitError(f"a declaration outside functions names kernel {sorted(set(kernels) & words)[0]}")
             host.append(chunk)
             device.append(chunk)
-    if not kernels:
-        raise SplitError("no __global__ kernel found")
-    return host, device
+    return SplitSources(host, device, names)
 
 
 def _shift(origin: SourceSegment | None, lines: int) -> SourceSegment | None:
@@ -218,17 +249,68 @@ def _named_parameters(params: str) -> tuple[list[str], list[str]]:
     return decls, names
 
 
-def _launcher_definition(kernel: str, params: str) -> str:
+_KERNEL_QUALIFIERS = re.compile(r"\b(static|inline|__forceinline__)\b")
+
+
+def _with_c_linkage(text: str, kernel: str) -> str:
+    """The kernel definition with `extern "C"` in front (so the cubin symbol is the plain name) and storage/inline
+    qualifiers blanked out (a linkage specification may not carry `static`; in a file of its own the kernel's
+    linkage changes nothing else). Only the first line gets longer: line numbers stay the same."""
+    head_end = re.search(rf"\b{re.escape(kernel)}\s*\(", text).start()
+    head = _KERNEL_QUALIFIERS.sub(lambda m: " " * len(m.group(0)), text[:head_end])
+    lead = len(text) - len(text.lstrip())
+    return text[:lead] + 'extern "C" ' + head[lead:] + text[head_end:]
+
+
+def _launch_support(kernels: list[str]) -> str:
+    """Host-side loader shared by the launchers: the cubin is loaded once per process, on first launch, as a
+    context-independent library (cudaLibraryLoadData), so every device's primary context - torch's - can run it."""
+    names = ", ".join(f'"{k}"' for k in kernels)
+    return f"""#include <stdexcept>
+#include <string>
+#if !defined(CUDART_VERSION) || CUDART_VERSION < 12000
+#error "the split build needs the CUDA 12+ runtime library API (cudaLibraryLoadData)"
+#endif
+extern "C" __attribute__((visibility("hidden"))) const unsigned char {CUBIN_SYMBOL}[];
+namespace {{
+cudaKernel_t __dice_kernel(int index) {{
+    static const char* const names[] = {{{names}}};
+    struct Table {{ cudaError_t status; cudaKernel_t kernels[{len(kernels)}]; }};
+    static const Table table = [] {{
+        Table t{{}};
+        cudaLibrary_t library = nullptr;
+        t.status = cudaLibraryLoadData(&library, {CUBIN_SYMBOL}, nullptr, nullptr, 0, nullptr, nullptr, 0);
+        for (int i = 0; t.status == cudaSuccess && i < {len(kernels)}; ++i)
+            t.status = cudaLibraryGetKernel(&t.kernels[i], library, names[i]);
+        return t;
+    }}();
+    if (table.status != cudaSuccess) {{
+        // <<<>>> would report a missing kernel image at the launch; here loading failed before any launch, so
+        // the error is raised (a RuntimeError in Python) instead of being left for cudaGetLastError().
+        (void)cudaGetLastError();
+        throw std::runtime_error(std::string("loading the compiled CUDA kernels failed (kernel ") + names[index] +
+                                 "): " + cudaGetErrorString(table.status));
+    }}
+    return table.kernels[index];
+}}
+void __dice_launch(int index, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void** args) {{
+    // cudaLaunchKernel is what <<<>>> compiles to: a failed launch is recorded for cudaGetLastError() and
+    // cudaPeekAtLastError() exactly as before (the kernel handle is context-less, see cudaLibraryGetKernel).
+    (void)cudaLaunchKernel((const void*)__dice_kernel(index), grid, block, args, smem, stream);
+}}
+}}  // namespace"""
+
+
+def _launcher_definition(kernel: str, params: str, index: int) -> str:
+    """A launcher whose parameters mirror the kernel's, so arguments convert as they would for `<<<>>>`; the
+    argument array points at the launcher's own parameters."""
     decls, names = _named_parameters(params)
-    all_params = ", ".join(["dim3 grid", "dim3 block", "size_t smem", "cudaStream_t stream", *decls])
-    return (f"void {LAUNCH_PREFIX}{kernel}({all_params}) {{ {kernel}<<<grid, block, smem, stream>>>"
-            f"({', '.join(names)}); }}")
-
-
-def _launcher_declaration(kernel: str, params: str) -> str:
-    decls, _ = _named_parameters(params)
-    all_params = ", ".join(["dim3 grid", "dim3 block", "size_t smem", "cudaStream_t stream", *decls])
-    return f"void {LAUNCH_PREFIX}{kernel}({all_params});"
+    all_params = ", ".join(["dim3 __dice_grid", "dim3 __dice_block", "size_t __dice_smem",
+                            "cudaStream_t __dice_stream", *decls])
+    args = ("void* __dice_args[] = {" + ", ".join(f"(void*)&{n}" for n in names) + "};") if names else \
+        "void** __dice_args = nullptr;"
+    return (f"static inline void {LAUNCH_PREFIX}{kernel}({all_params}) {{ {args} "
+            f"__dice_launch({index}, __dice_grid, __dice_block, __dice_smem, __dice_stream, __dice_args); }}")
 
 
 _LAUNCH = re.compile(r"\b(\w+)\s*(<[^<>;]*>)?\s*<<<")

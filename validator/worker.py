@@ -72,6 +72,9 @@ class WorkerProcess:
     # Extension modules this process has imported, name -> .so path. A process keeps the first module imported
     # under a name, so a different binary with the same name needs a fresh worker.
     loaded_modules: dict[str, str] = field(default_factory=dict)
+    # Seconds the last run_job waited for this process to start (its own spawn, or a warm-up still in progress);
+    # about zero when it was already running.
+    last_start_s: float = 0.0
     _start_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def start(self) -> None:
@@ -105,7 +108,9 @@ class WorkerProcess:
 
     def run_job(self, job: dict, total_timeout_s: float, on_event=None) -> dict:
         """Send a job and wait for its result; each phase the harness announces carries its own time budget."""
+        started = time.monotonic()
         self.start()
+        self.last_start_s = time.monotonic() - started
         hard_deadline = time.monotonic() + total_timeout_s
         try:
             write_message(self._req, {"op": "validate", **job})

@@ -1,0 +1,262 @@
+"""The split build's cubin path (no GPU needed): kernels compiled by `nvcc -cubin` and embedded into the extension,
+launched through generated launchers; host objects reused across kernel-body infills; a module name of its own per
+build; every construct the split cannot handle falls back to the load_inline layout; kernel errors keep mapping to
+the candidate's lines."""
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dice_copilot.validator import Candidate
+from dice_copilot.validator.compile import (CompileConfig, ExtensionBuilder, _Chunk, _cubin_nvcc_flags,
+                                             load_inline_sources)
+from dice_copilot.validator.kernel_split import SplitError, split_host_device
+
+HONEST = textwrap.dedent('''
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    kernel = """
+    // elementwise scale: one thread per value
+    static __global__ void twice_kernel(const float* x, float* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = 2.0f * x[i];
+    }
+
+    __global__ void fill_kernel(float* y) { y[threadIdx.x] = 0.f; }
+
+    torch::Tensor twice(torch::Tensor x) {
+        auto y = torch::empty_like(x);
+        int n = x.numel();
+        twice_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(),
+                                               n);
+        if (n == 0) fill_kernel<<<1, 1, 0, 0>>>(y.data_ptr<float>());
+        return y;
+    }
+    """
+
+    ext = load_inline(name="twice", cpp_sources="torch::Tensor twice(torch::Tensor x);", cuda_sources=kernel,
+                      functions=["twice"])
+''')
+
+INFILL = HONEST.replace("2.0f * x[i]", "3.0f * x[i]")
+
+# Tiny stand-ins for nvcc and c++: they copy the unit's text to the output, so builds run in milliseconds while
+# exercising the builder's orchestration (units, object cache, module file, link).
+FAKE_COMPILER = textwrap.dedent('''\
+    #!{python}
+    import sys
+    args = sys.argv[1:]
+    out = args[args.index("-o") + 1]
+    source = args[args.index("-o") - 1]
+    text = open(source).read() if source.endswith((".cu", ".cpp")) else "linked"
+    open(out, "w").write(" ".join(args) + "\\n" + text)
+''')
+
+
+def _spec(source: str):
+    (spec,) = Candidate.from_source(source, path="cand.py").static_specs
+    return spec
+
+
+def _device_and_host(source: str):
+    _, cuda = load_inline_sources(_spec(source))
+    split = split_host_device(cuda[3:])
+    return "\n".join(c.text for c in split.device), "\n".join(c.text for c in split.host), split
+
+
+@pytest.fixture
+def fake_builder(tmp_path):
+    fake = tmp_path / "fake-compiler"
+    fake.write_text(FAKE_COMPILER.format(python=sys.executable))
+    fake.chmod(0o755)
+    return ExtensionBuilder(CompileConfig(cache_dir=tmp_path / "cache", use_pch=False, nvcc=str(fake),
+                                          cxx=str(fake)))
+
+
+# ---------------------------------------------------------------- the split itself
+
+def test_kernels_get_c_linkage_and_launchers_use_the_runtime_library_api():
+    device, host, split = _device_and_host(HONEST)
+    assert split.kernels == ["twice_kernel", "fill_kernel"]
+    # `static` is blanked (a linkage specification may not carry it); the line count is unchanged.
+    assert 'extern "C"        __global__ void twice_kernel' in device.replace("\n", " ") or \
+        'extern "C" // elementwise' in device
+    assert 'extern "C" __global__ void fill_kernel' in device and "static" not in device.split("twice_kernel")[0][-40:]
+    assert "torch" not in device and "<<<" not in device
+    assert "cudaLibraryLoadData" in host and "cudaLibraryGetKernel" in host and "cudaLaunchKernel" in host
+    assert "__dice_launch_twice_kernel(dim3((n + 255) / 256), dim3(256), (size_t)(0), (cudaStream_t)(0)" in host
+    assert "__dice_launch_fill_kernel(dim3(1), dim3(1), (size_t)(0), (cudaStream_t)(0), y.data_ptr<float>())" in host
+    # The launcher's argument array points at its own parameters, which mirror the kernel's.
+    assert "const float* x, float* y, int n) { void* __dice_args[] = {(void*)&x, (void*)&y, (void*)&n};" in host
+
+
+def test_a_kernel_body_infill_leaves_the_host_unit_unchanged():
+    _, host, _ = _device_and_host(HONEST)
+    _, host_infill, _ = _device_and_host(INFILL)
+    assert host == host_infill
+
+
+@pytest.mark.parametrize("host_use", [
+    "cudaFuncSetAttribute(twice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024);",
+    "int blocks; cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, twice_kernel, 256, 0);",
+    "auto fn = &twice_kernel; (void)fn;",
+    "void* args[] = {nullptr}; cudaLaunchKernel((const void*)twice_kernel, 1, 1, args, 0, 0);",
+])
+def test_host_uses_of_a_kernel_other_than_a_launch_are_refused(host_use):
+    source = HONEST.replace("auto y = torch::empty_like(x);", "auto y = torch::empty_like(x);\n    " + host_use)
+    with pytest.raises(SplitError, match="other than launching it"):
+        _device_and_host(source)
+
+
+@pytest.mark.parametrize("kernel_source, reason", [
+    ("template <typename T> __global__ void k(T* x) {}\n", "templated kernel"),
+    ("__global__ void k(float* x);\n__global__ void k(float* x) {}\n", "without a body"),
+    ("__global__ void k(float* x) {}\n__global__ void k(int* x) {}\n", "declared more than once"),
+    ("__global__ void k(float* x);\n", "without a body"),
+    ("__constant__ float coef[4];\n__global__ void k(float* x) { x[0] = coef[0]; }\n"
+     "void setup(const float* c) { cudaMemcpyToSymbol(coef, c, 16); }\n", "__device__/__constant__ symbol"),
+    ("__global__ void k(float* x) {}\nvoid launch(float* x) { k<float><<<1, 1>>>(x); }\n", "not a plain launch"),
+    ('extern "C" __global__ void k(float* x) {}\n', "extern block"),
+])
+def test_constructs_the_split_cannot_handle_are_refused(kernel_source, reason):
+    with pytest.raises(SplitError, match=reason):
+        split_host_device([_Chunk(kernel_source + "torch::Tensor f(torch::Tensor x) { return x; }\n")])
+
+
+def test_cubin_flags_keep_codegen_flags_and_reduce_targets_to_one_arch():
+    base = ("-isystem", "/opt/torch/include", "-DTORCH_API_INCLUDE_EXTENSION_H", "--expt-relaxed-constexpr",
+            "-gencode=arch=compute_90,code=sm_90", "-O3", "--use_fast_math")
+    flags = _cubin_nvcc_flags(base, "sm_90")
+    assert flags[-1] == "-arch=sm_90" and "-O3" in flags and "--use_fast_math" in flags
+    assert not any("torch" in f or "gencode" in f for f in flags)
+    assert _cubin_nvcc_flags(("-arch", "sm_90a"), "sm_80")[-1] == "-arch=sm_90a"
+    assert _cubin_nvcc_flags(("-gencode", "arch=compute_90,code=[sm_90,compute_90]"), "sm_80")[-1] == "-arch=sm_90"
+    for refused in (("-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90"),
+                    ("-rdc=true",), ("-arch=native",)):
+        with pytest.raises(SplitError):
+            _cubin_nvcc_flags(refused, "sm_90")
+
+
+# ---------------------------------------------------------------- builder orchestration (stand-in compilers)
+
+def test_infill_rebuild_compiles_only_the_kernels_and_the_module_file(fake_builder):
+    cold = fake_builder.build(_spec(HONEST))
+    assert cold.ok and cold.strategy == "split", cold.log
+    assert sorted(cold.compiled_units) == ["host.cpp", "kernels.cu", "main.cpp", "module.cpp"]
+    infill = fake_builder.build(_spec(INFILL))
+    assert infill.ok and infill.strategy == "split"
+    assert infill.compiled_units == ["kernels.cu", "module.cpp"]
+    assert sorted(infill.reused_units) == ["host.cpp", "main.cpp"]
+    # Distinct module names per build; the glue (compiled once) keeps one name.
+    assert infill.module_name != cold.module_name
+    module_text = (Path(infill.so_path).parent / "module.cpp").read_text()
+    glue = next(f.split("=")[1] for f in cold.log.split() if f.startswith("-DTORCH_EXTENSION_NAME="))
+    assert f"PyInit_{infill.module_name}()" in module_text and f"PyInit_{glue}()" in module_text
+    assert '.incbin \\"kernels.cubin\\"' in module_text
+    assert "-cubin kernels.cu -o kernels.cubin" in infill.log
+    # A host-side change recompiles the host unit and reuses the kernels' cubin.
+    host_edit = fake_builder.build(_spec(HONEST.replace("int n = x.numel();", "int n = (int)x.numel();")))
+    assert host_edit.compiled_units == ["host.cpp", "module.cpp"]
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (("auto y = torch::empty_like(x);",
+      "auto y = torch::empty_like(x);\n    cudaFuncSetAttribute(twice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 0);"),
+     "other than launching it"),
+    (('functions=["twice"])', 'functions=["twice"], extra_cuda_cflags=["-gencode=arch=compute_80,code=sm_80", '
+                              '"-gencode=arch=compute_90,code=sm_90"])'), "several GPU targets"),
+])
+def test_split_refusals_fall_back_to_the_load_inline_layout(fake_builder, edit, reason):
+    result = fake_builder.build(_spec(HONEST.replace(*edit)))
+    assert result.ok and result.strategy == "full"
+    assert result.log.startswith("[fast path not used:") and reason in result.log.splitlines()[0]
+    assert "cuda.cu" in result.compiled_units and "-cubin" not in result.log
+
+
+def test_pybind_classes_keep_the_glue_name(fake_builder):
+    source = HONEST.replace("torch::Tensor twice(torch::Tensor x) {",
+                            "struct Holder {};\n    torch::Tensor twice(torch::Tensor x) {").replace(
+        'functions=["twice"])', ')').replace(
+        'cpp_sources="torch::Tensor twice(torch::Tensor x);"',
+        'cpp_sources="torch::Tensor twice(torch::Tensor x);\\nstruct Holder;\\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m)'
+        ' { pybind11::class_<Holder>(m, \\"Holder\\"); m.def(\\"twice\\", &twice); }"')
+    result = fake_builder.build(_spec(source))
+    assert result.ok and "module.cpp" not in result.compiled_units
+    assert f"-DTORCH_EXTENSION_NAME={result.module_name}" in result.log
+
+
+# ---------------------------------------------------------------- real nvcc / g++
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+@needs_nvcc
+def test_error_in_the_cubin_unit_maps_to_the_candidate_line(tmp_path):
+    broken = HONEST.replace("y[i] = 2.0f * x[i];", "y[i] = 2.0f * x;  // a pointer times a float")
+    line = next(i for i, text in enumerate(broken.splitlines(), 1) if "a pointer times" in text)
+    result = ExtensionBuilder(CompileConfig(cache_dir=tmp_path, use_pch=False)).build(_spec(broken))
+    assert not result.ok and result.strategy == "split" and result.failed_units == ["kernels.cu"]
+    assert "-cubin kernels.cu" in result.log
+    error = next(d for d in result.diagnostics if d.severity == "error")
+    assert (error.file, error.line) == ("cand.py", line), (error, result.log[-2000:])
+
+
+@pytest.fixture(scope="module")
+def real_builds(tmp_path_factory):
+    """A cold split build and a kernel-body infill of it, with the real compilers (torch headers: slow here)."""
+    builder = ExtensionBuilder(CompileConfig(cache_dir=tmp_path_factory.mktemp("cache"), use_pch=False,
+                                             timeout_s=1200))
+    return builder.build(_spec(HONEST)), builder.build(_spec(INFILL))
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_real_split_build_embeds_the_cubin_and_exports_its_own_init(real_builds):
+    cold, infill = real_builds
+    assert cold.ok and infill.ok and cold.strategy == infill.strategy == "split", cold.log[-3000:]
+    assert infill.compiled_units == ["kernels.cu", "module.cpp"]
+    for result in (cold, infill):
+        so = Path(result.so_path)
+        exported = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True).stdout
+        assert f"PyInit_{result.module_name}" in exported
+        assert "dice_kernels_cubin" not in exported  # hidden: never interposed between two loaded builds
+        cubin = (so.parent / "kernels.cubin").read_bytes()
+        assert cubin[:4] == b"\x7fELF" and b".text.twice_kernel" in cubin and b".text.fill_kernel" in cubin
+        assert cubin in so.read_bytes()
+    assert (Path(cold.so_path).parent / "kernels.cubin").read_bytes() != \
+        (Path(infill.so_path).parent / "kernels.cubin").read_bytes()
+
+
+IMPORT_BOTH = textwrap.dedent('''
+    import importlib.machinery, importlib.util, sys, torch
+    for name, path in zip(sys.argv[1::2], sys.argv[2::2]):
+        loader = importlib.machinery.ExtensionFileLoader(name, path)
+        module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
+        loader.exec_module(module)
+        assert module.__name__ == name and callable(module.twice)
+        if not torch.cuda.is_available():
+            try:
+                module.twice(torch.ones(4))
+            except RuntimeError as exc:
+                assert "loading the compiled CUDA kernels failed" in str(exc), exc
+            else:
+                raise AssertionError("a launch without a GPU must raise")
+    print("IMPORTED_BOTH")
+''')
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_two_infills_import_into_one_process_under_their_own_names(real_builds):
+    cold, infill = real_builds
+    assert cold.ok and infill.ok
+    out = subprocess.run([sys.executable, "-c", IMPORT_BOTH, cold.module_name, cold.so_path, infill.module_name,
+                          infill.so_path], capture_output=True, text=True, timeout=300)
+    if "libcudart" in out.stderr and "cannot open shared object" in out.stderr:
+        pytest.skip("the CUDA runtime library is not on the loader path here")
+    assert "IMPORTED_BOTH" in out.stdout, out.stderr[-3000:]
