@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dice_copilot.validator import Candidate
-from dice_copilot.validator.compile import (CompileConfig, ExtensionBuilder, _Chunk, _cubin_nvcc_flags,
-                                             load_inline_sources)
+from dice_copilot.validator.compile import (PCH_HEADER, CompileConfig, ExtensionBuilder, _Chunk, _cubin_nvcc_flags,
+                                             _leading_pch_headers, load_inline_sources)
 from dice_copilot.validator.kernel_split import SplitError, split_host_device
 
 HONEST = textwrap.dedent('''
@@ -101,6 +101,15 @@ def test_a_kernel_body_infill_leaves_the_host_unit_unchanged():
     assert host == host_infill
 
 
+def test_the_sources_leading_includes_stay_the_host_units_leading_headers():
+    # They choose the precompiled-header variant; the launch support (code) must come after them.
+    source = HONEST.replace('kernel = """\n', 'kernel = """\n#include <c10/cuda/CUDAStream.h>\n')
+    _, host, _ = _device_and_host(source)
+    assert _leading_pch_headers("#include <torch/extension.h>\n" + host) == ("c10/cuda/CUDAStream.h",
+                                                                               "cuda_runtime.h")
+    assert host.index("c10/cuda/CUDAStream.h") < host.index("cudaLibraryLoadData")
+
+
 @pytest.mark.parametrize("host_use", [
     "cudaFuncSetAttribute(twice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024);",
     "int blocks; cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, twice_kernel, 256, 0);",
@@ -164,9 +173,17 @@ def test_infill_rebuild_compiles_only_the_kernels_and_the_module_file(fake_build
     assert host_edit.compiled_units == ["host.cpp", "module.cpp"]
 
 
+def test_an_object_built_before_the_precompiled_header_was_ready_is_reused_after(fake_builder, tmp_path):
+    without = ["c++", "-fPIC", "-c", "host.cpp", "-o", "host.cpp.o"]
+    with_pch = without[:2] + ["-I", str(tmp_path / "pch"), "-include", PCH_HEADER, "-Winvalid-pch"] + without[2:]
+    assert fake_builder._object_cache_path(with_pch, b"text") == fake_builder._object_cache_path(without, b"text")
+    assert fake_builder._object_cache_path(without, b"other") != fake_builder._object_cache_path(without, b"text")
+
+
 @pytest.mark.parametrize("edit, reason", [
     (("auto y = torch::empty_like(x);",
-      "auto y = torch::empty_like(x);\n    cudaFuncSetAttribute(twice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 0);"),
+      "auto y = torch::empty_like(x);\n"
+      "    cudaFuncSetAttribute(twice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 0);"),
      "other than launching it"),
     (('functions=["twice"])', 'functions=["twice"], extra_cuda_cflags=["-gencode=arch=compute_80,code=sm_80", '
                               '"-gencode=arch=compute_90,code=sm_90"])'), "several GPU targets"),

@@ -551,7 +551,10 @@ class ExtensionBuilder:
         return outcomes
 
     def _object_cache_path(self, cmd: list[str], text: bytes) -> Path:
-        key = hashlib.sha256(json.dumps([str(c) for c in cmd]).encode() + b"\0" + text).hexdigest()
+        # The precompiled header only speeds a unit up (it holds the headers the unit includes first, in the same
+        # order), so an object built before the header was ready stays valid once it is: the key leaves it out.
+        cmd = _without_pch_flags([str(c) for c in cmd])
+        key = hashlib.sha256(json.dumps(cmd).encode() + b"\0" + text).hexdigest()
         return Path(self.config.cache_dir) / "obj" / key[:2] / f"{key}.o"
 
     @staticmethod
@@ -564,8 +567,8 @@ class ExtensionBuilder:
         any code). A missing header is built in the background; until then units compile without it, so the
         first verdict never waits for it."""
         pch_dir = self._pch_dir(flags, extra_headers)
-        if (pch_dir / "dice_torch_pch.h.gch").exists():
-            return ["-I", str(pch_dir), "-include", "dice_torch_pch.h", "-Winvalid-pch"]
+        if (pch_dir / f"{PCH_HEADER}.gch").exists():
+            return ["-I", str(pch_dir), "-include", PCH_HEADER, "-Winvalid-pch"]
         with self._pch_lock:
             if pch_dir not in self._pch_building and not (pch_dir / "failed").exists():
                 self._pch_building.add(pch_dir)
@@ -586,12 +589,12 @@ class ExtensionBuilder:
         """Build one precompiled header now (idempotent; safe across processes). Returns True when usable."""
         flags = flags or torch_flags(self.arch, True, (), (), (), ())
         pch_dir = self._pch_dir(flags, extra_headers)
-        gch = pch_dir / "dice_torch_pch.h.gch"
+        gch = pch_dir / f"{PCH_HEADER}.gch"
         pch_dir.mkdir(parents=True, exist_ok=True)
         with _file_lock(pch_dir / ".lock"):
             if gch.exists():
                 return True
-            header = pch_dir / "dice_torch_pch.h"
+            header = pch_dir / PCH_HEADER
             header.write_text("".join(f"#include <{h}>\n" for h in ("torch/extension.h", *extra_headers)))
             tmp = pch_dir / f"tmp{os.getpid()}.{threading.get_ident()}.gch"
             compile_cmd = shlex.join([self.config.cxx, *flags.cflags, "-x", "c++-header", str(header), "-o", str(tmp)])
@@ -619,7 +622,16 @@ def _kernel_error_is_final(result: BuildResult) -> bool:
 
 
 # CUDA-side torch headers worth precompiling along with torch/extension.h when a unit includes them up front.
+PCH_HEADER = "dice_torch_pch.h"
 PCH_EXTRA_HEADERS = ("ATen/cuda/CUDAContext.h", "c10/cuda/CUDAStream.h", "c10/cuda/CUDAGuard.h", "cuda_runtime.h")
+
+
+def _without_pch_flags(cmd: list[str]) -> list[str]:
+    """cmd without the five flags _pch_flags adds (-I DIR -include PCH_HEADER -Winvalid-pch)."""
+    for i in range(len(cmd) - 4):
+        if cmd[i] == "-I" and cmd[i + 2:i + 5] == ["-include", PCH_HEADER, "-Winvalid-pch"]:
+            return cmd[:i] + cmd[i + 5:]
+    return cmd
 
 
 def _leading_pch_headers(text: str) -> tuple[str, ...]:

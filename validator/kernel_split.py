@@ -80,10 +80,17 @@ def split_host_device(chunks) -> SplitSources:
     if not kernels:
         raise SplitError("no __global__ kernel found")
     names = list(kernels)
-    host = [_Chunk("#include <cuda_runtime.h>"), _Chunk(_launch_support(names))]
+    host = [_Chunk("#include <cuda_runtime.h>")]
     device = [_Chunk("#include <cuda_runtime.h>")]
+    support = _Chunk(_launch_support(names))
+    support_placed = False
     for item in items:
         chunk = _Chunk(item.text, _shift(item.origin, item.line))
+        if not item.directive and not support_placed:
+            # After the source's leading #includes, so they stay the unit's leading headers (the precompiled
+            # header variant is chosen from them).
+            host.append(support)
+            support_placed = True
         if item.directive:
             if _HOST_ONLY_INCLUDE.search(item.text):
                 host.append(chunk)
@@ -117,6 +124,8 @@ def split_host_device(chunks) -> SplitSources:
                 raise SplitError(f"a declaration outside functions names kernel {sorted(set(kernels) & words)[0]}")
             host.append(chunk)
             device.append(chunk)
+    if not support_placed:
+        host.append(support)
     return SplitSources(host, device, names)
 
 
