@@ -89,7 +89,7 @@ def run_setup(torch, setup: Setup, args, samples, peak: float, spec_peak: float 
                     max_steps=args.warmup + args.steps, learning_rate=1e-5, warmup_steps=0,
                     attention_backend=setup.attention_backend, compile=setup.compile,
                     gradient_checkpointing=checkpointing, mixed_precision="bf16", output_dir=tmp,
-                    tensorboard=False, progress_bar=False, save_every_steps=0,
+                    tensorboard=False, progress_bar=True, save_every_steps=0,  # per-step tok/s and MFU in the log
                 )
                 print(f"{setup.name}: training {args.warmup} + {args.steps} steps "
                       f"(gradient_checkpointing={checkpointing}) ...", flush=True)
