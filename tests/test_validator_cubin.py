@@ -13,7 +13,7 @@ import pytest
 
 from dice_copilot.validator import Candidate
 from dice_copilot.validator.compile import (PCH_HEADER, CompileConfig, ExtensionBuilder, _Chunk, _cubin_nvcc_flags,
-                                             _leading_pch_headers, load_inline_sources)
+                                             _leading_pch_headers, _pch_base, load_inline_sources)
 from dice_copilot.validator.kernel_split import SplitError, split_host_device
 
 HONEST = textwrap.dedent('''
@@ -171,6 +171,18 @@ def test_infill_rebuild_compiles_only_the_kernels_and_the_module_file(fake_build
     # A host-side change recompiles the host unit and reuses the kernels' cubin.
     host_edit = fake_builder.build(_spec(HONEST.replace("int n = x.numel();", "int n = (int)x.numel();")))
     assert host_edit.compiled_units == ["host.cpp", "module.cpp"]
+
+
+def test_the_host_unit_starts_with_load_inlines_cuda_prelude(fake_builder):
+    # As in the KernelBench layout, the host code of CUDA sources sees torch/types.h, not torch/extension.h (which
+    # costs ~3x the compile time per unit).
+    result = fake_builder.build(_spec(HONEST))
+    assert result.ok and result.strategy == "split", result.log
+    host = (Path(result.so_path).parent / "host.cpp").read_text()
+    _, cuda = load_inline_sources(_spec(HONEST))
+    assert host.startswith("\n".join(c.text for c in cuda[:3])) and "torch/types.h" in cuda[0].text
+    assert "torch/extension.h" not in host
+    assert _pch_base(host) == "torch/types.h"
 
 
 def test_an_object_built_before_the_precompiled_header_was_ready_is_reused_after(fake_builder, tmp_path):

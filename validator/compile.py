@@ -40,6 +40,13 @@ DEFAULT_COMPILE_TIMEOUT_S = 180.0
 COMPILERS_IN_OWN_GROUP = True
 CACHE_ENV = "DICE_COPILOT_CACHE"
 ARCH_ENV = "DICE_COPILOT_CUDA_ARCH"
+PCH_HEADER = "dice_torch_pch.h"  # the file a precompiled header is built from (and -include'd as)
+# The torch headers units start with: the pybind glue (main.cpp) with torch/extension.h, CUDA sources (load_inline's
+# prelude, hence the split host unit) with torch/types.h. The light one matters: every g++ run instantiates the
+# templates its headers leave pending, ~12 s per unit for torch/extension.h (pybind11 included) against ~4 s for
+# torch/types.h on this project's CPU machine, precompiled header or not.
+FULL_TORCH_HEADER = "torch/extension.h"
+LIGHT_TORCH_HEADER = "torch/types.h"
 
 
 def default_cache_dir() -> Path:
@@ -450,7 +457,9 @@ class ExtensionBuilder:
             except SplitError as why:
                 log_prefix = f"[fast path not used: {why}]\n"
             else:
-                host_chunks = [_Chunk("#include <torch/extension.h>")] + split.host
+                # load_inline's own prelude of CUDA sources (torch/types.h, cuda.h, cuda_runtime.h): the host code
+                # sees exactly the declarations it sees in the KernelBench layout.
+                host_chunks = cuda_chunks[:3] + split.host
                 units = [("main.cpp", cpp_chunks, "cxx"), ("host.cpp", host_chunks, "cxx"),
                          ("kernels.cu", split.device, "cubin")]
                 result = self._compile_and_link(module_name, glue_name, build_dir, so_path, deadline, flags, define,
@@ -486,7 +495,8 @@ class ExtensionBuilder:
             files.append(generated)
             obj = build_dir / (name + ".o")
             if tool == "cxx":
-                pch = self._pch_flags(flags, _leading_pch_headers(generated.path.read_text())) if use_pch else []
+                text = generated.path.read_text()
+                pch = self._pch_flags(flags, _leading_pch_headers(text), _pch_base(text)) if use_pch else []
                 cmd = [self.config.cxx, *flags.cflags, define, *extra_inc, *pch, "-c", name, "-o", obj.name]
             elif tool == "nvcc":
                 cmd = [self.config.nvcc, *flags.cuda_cflags, define, *extra_inc, "-c", name, "-o", obj.name]
@@ -562,40 +572,48 @@ class ExtensionBuilder:
         return [c.origin.file for _, chunks, _ in units for c in chunks
                 if c.origin is not None and c.origin.file and c.origin.file.endswith((".cu", ".cuh", ".cpp", ".h"))]
 
-    def _pch_flags(self, flags: _TorchFlags, extra_headers: tuple[str, ...]) -> list[str]:
-        """Flags that make g++ use a precompiled torch/extension.h (plus the CUDA headers the unit includes before
+    def _pch_flags(self, flags: _TorchFlags, extra_headers: tuple[str, ...],
+                   base: str = FULL_TORCH_HEADER) -> list[str]:
+        """Flags that make g++ use a precompiled torch header `base` (plus the CUDA headers the unit includes before
         any code). A missing header is built in the background; until then units compile without it, so the
         first verdict never waits for it."""
-        pch_dir = self._pch_dir(flags, extra_headers)
+        pch_dir = self._pch_dir(flags, extra_headers, base)
         if (pch_dir / f"{PCH_HEADER}.gch").exists():
             return ["-I", str(pch_dir), "-include", PCH_HEADER, "-Winvalid-pch"]
         with self._pch_lock:
             if pch_dir not in self._pch_building and not (pch_dir / "failed").exists():
                 self._pch_building.add(pch_dir)
-                threading.Thread(target=self.build_pch, args=(flags, extra_headers), daemon=True).start()
+                threading.Thread(target=self.build_pch, args=(flags, extra_headers, base), daemon=True).start()
         return []
 
-    def _pch_dir(self, flags: _TorchFlags, extra_headers: tuple[str, ...]) -> Path:
+    def _pch_dir(self, flags: _TorchFlags, extra_headers: tuple[str, ...], base: str = FULL_TORCH_HEADER) -> Path:
         suffix = hashlib.sha256("|".join(extra_headers).encode()).hexdigest()[:8] if extra_headers else "base"
+        if base != FULL_TORCH_HEADER:
+            suffix += "-" + re.sub(r"\W", "_", base)
         return Path(self.config.cache_dir) / "pch" / f"{flags.signature[:32]}-{suffix}"
 
     def prepare_common_headers(self) -> list[bool]:
         """Precompile the torch headers most candidates start with (a one-time cost per machine and torch)."""
         flags = torch_flags(self.arch, True, (), (), (), ())
-        return [self.build_pch(flags, headers) for headers in
-                ((), ("c10/cuda/CUDAStream.h", "cuda_runtime.h"), ("ATen/cuda/CUDAContext.h", "cuda_runtime.h"))]
+        cuda = (("c10/cuda/CUDAStream.h", "cuda_runtime.h"), ("ATen/cuda/CUDAContext.h", "cuda_runtime.h"))
+        # The pybind glue (main.cpp) starts with the full header; split host units with the light one and always
+        # with cuda_runtime.h.
+        variants = [(FULL_TORCH_HEADER, h) for h in ((), *cuda)]
+        variants += [(LIGHT_TORCH_HEADER, h) for h in (("cuda_runtime.h",), *cuda)]
+        return [self.build_pch(flags, headers, base) for base, headers in variants]
 
-    def build_pch(self, flags: _TorchFlags | None = None, extra_headers: tuple[str, ...] = ()) -> bool:
+    def build_pch(self, flags: _TorchFlags | None = None, extra_headers: tuple[str, ...] = (),
+                  base: str = FULL_TORCH_HEADER) -> bool:
         """Build one precompiled header now (idempotent; safe across processes). Returns True when usable."""
         flags = flags or torch_flags(self.arch, True, (), (), (), ())
-        pch_dir = self._pch_dir(flags, extra_headers)
+        pch_dir = self._pch_dir(flags, extra_headers, base)
         gch = pch_dir / f"{PCH_HEADER}.gch"
         pch_dir.mkdir(parents=True, exist_ok=True)
         with _file_lock(pch_dir / ".lock"):
             if gch.exists():
                 return True
             header = pch_dir / PCH_HEADER
-            header.write_text("".join(f"#include <{h}>\n" for h in ("torch/extension.h", *extra_headers)))
+            header.write_text("".join(f"#include <{h}>\n" for h in (base, *extra_headers)))
             tmp = pch_dir / f"tmp{os.getpid()}.{threading.get_ident()}.gch"
             compile_cmd = shlex.join([self.config.cxx, *flags.cflags, "-x", "c++-header", str(header), "-o", str(tmp)])
             # The rename happens in the shell, so a header whose builder process exits early still lands.
@@ -622,7 +640,6 @@ def _kernel_error_is_final(result: BuildResult) -> bool:
 
 
 # CUDA-side torch headers worth precompiling along with torch/extension.h when a unit includes them up front.
-PCH_HEADER = "dice_torch_pch.h"
 PCH_EXTRA_HEADERS = ("ATen/cuda/CUDAContext.h", "c10/cuda/CUDAStream.h", "c10/cuda/CUDAGuard.h", "cuda_runtime.h")
 
 
@@ -632,6 +649,12 @@ def _without_pch_flags(cmd: list[str]) -> list[str]:
         if cmd[i] == "-I" and cmd[i + 2:i + 5] == ["-include", PCH_HEADER, "-Winvalid-pch"]:
             return cmd[:i] + cmd[i + 5:]
     return cmd
+
+
+def _pch_base(text: str) -> str:
+    """The torch header a unit starts with (the precompiled header's base)."""
+    match = re.search(r"#\s*include\s*<(torch/[\w/]+\.h)>", text)
+    return LIGHT_TORCH_HEADER if match and match.group(1) == LIGHT_TORCH_HEADER else FULL_TORCH_HEADER
 
 
 def _leading_pch_headers(text: str) -> tuple[str, ...]:
