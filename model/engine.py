@@ -690,12 +690,31 @@ class BlockDiffusionEngine:
                 f"model's {self.config.max_position_embeddings} positions; shorten the prompt or lower max_new_tokens"
             )
         results: list[Generation | None] = [None] * len(rows)
+        max_len = self._graph_friendly_length(len(rows), max_len)
         with ContinuousBatcher(self, slots=len(rows), max_length=max_len, policy=policy) as batcher:
             for row in rows:
                 batcher.submit(row, max_new_tokens, stop, on_block)
             for request_id, generation in batcher.run(cancel):
                 results[request_id] = generation
         return results
+
+    def _graph_friendly_length(self, slots: int, length: int) -> int:
+        """`length` rounded up to the CUDA graphs' length bucket when that fits in memory, so calls with nearby
+        lengths (an editor's requests) get the same cache shape and replay the kept cache's graphs instead of
+        capturing new ones. Unchanged without graphs."""
+        if not self.runner.use_graphs:
+            return length
+        bucket = self.runner.length_bucket
+        rounded = min(self.config.max_position_embeddings, math.ceil(length / bucket) * bucket)
+        capacity = rounded + 2 * self.config.block_size  # as ContinuousBatcher adds its scratch blocks
+        kept = self._kept_cache
+        if rounded == length or (kept is not None and kept.k[0].shape[0] == slots and kept.max_length == capacity):
+            return rounded
+        try:
+            self.cache_plan(capacity, slots)
+        except CacheMemoryError:
+            return length
+        return rounded
 
     def _encode(self, prompt) -> list[int]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)

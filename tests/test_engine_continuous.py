@@ -240,3 +240,19 @@ def test_generate_reuses_the_cache_of_the_last_call_with_the_same_shape(engine):
     assert second[0].token_ids == fresh[0].token_ids and first[0].token_ids != second[0].token_ids
     engine.generate(["8 3 3 11 4 6"] * 2, max_new_tokens=12, stop=[])  # another shape: a new cache
     assert engine._kept_cache is not kept
+
+
+def test_lengths_round_up_to_the_graph_bucket_only_when_that_fits():
+    roomy = BlockDiffusionEngine(tiny_model(), IdTokenizer(), cache_budget=CacheBudget(limit_bytes=1 << 34))
+    roomy.runner.use_graphs = True  # the rounding serves CUDA graphs; only the arithmetic is exercised here
+    bucket = roomy.runner.length_bucket
+    assert roomy._graph_friendly_length(2, bucket + 8) == 2 * bucket
+    size = roomy.config.block_size
+    fixed, per_slot = decoding_memory(roomy.config, roomy.dtype, bucket + 8 + 2 * size, CacheBudget().prefill_tokens,
+                                      bucket)
+    tight = BlockDiffusionEngine(tiny_model(), IdTokenizer(), cache_budget=CacheBudget(
+        limit_bytes=fixed + 2 * per_slot))
+    tight.runner.use_graphs = True
+    assert tight._graph_friendly_length(2, bucket + 8) == bucket + 8  # the rounded shape would not fit
+    roomy.runner.use_graphs = False
+    assert roomy._graph_friendly_length(2, bucket + 8) == bucket + 8
