@@ -14,13 +14,14 @@ shuffles the rows; the stream is epoch 0's rows, then epoch 1's, ... Optimizer s
 from __future__ import annotations
 
 import bisect
-import json
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .jsonl import json_objects
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -114,23 +115,13 @@ def load_sft_samples(
     samples: list[SFTSample] = []
     records = dropped = 0
     for path in map(Path, files):
-        with path.open(encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{line_number}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise SFTDataError(f"{where}: not valid JSON ({err})") from err
-                if not isinstance(record, dict):
-                    raise SFTDataError(f"{where}: each line must be a JSON object")
-                records += 1
-                sample = tokenize_sample(*render_record(record, where), tokenizer, block_size, pad_token_id)
-                if len(sample.token_ids) > seq_len or sample.answer_tokens == 0:
-                    dropped += 1
-                else:
-                    samples.append(sample)
+        for where, record in json_objects(path, SFTDataError):
+            records += 1
+            sample = tokenize_sample(*render_record(record, where), tokenizer, block_size, pad_token_id)
+            if len(sample.token_ids) > seq_len or sample.answer_tokens == 0:
+                dropped += 1
+            else:
+                samples.append(sample)
     if not samples:
         raise SFTDataError(
             f"no usable samples in {[str(f) for f in files]}: {records} records, {dropped} longer than "

@@ -210,15 +210,7 @@ def _top_level_items(text: str, origin: SourceSegment | None) -> list[_Item]:
 
 
 def _parameter_list(body: str, open_paren: int) -> str:
-    depth = 0
-    for j in range(open_paren, len(body)):
-        if body[j] == "(":
-            depth += 1
-        elif body[j] == ")":
-            depth -= 1
-            if depth == 0:
-                return body[open_paren + 1: j]
-    raise SplitError("kernel parameter list not closed")
+    return body[open_paren + 1: _matching_paren(body, open_paren, "kernel parameter list not closed")]
 
 
 def _split_top_commas(text: str) -> list[str]:
@@ -358,7 +350,7 @@ def _rewrite_launches(text: str, kernels: dict[str, list[str]]) -> str:
     return "".join(out)
 
 
-def _matching_paren(text: str, open_index: int) -> int:
+def _matching_paren(text: str, open_index: int, unclosed: str = "unbalanced parentheses in a kernel launch") -> int:
     depth = 0
     for j in range(open_index, len(text)):
         if text[j] == "(":
@@ -367,4 +359,4 @@ def _matching_paren(text: str, open_index: int) -> int:
             depth -= 1
             if depth == 0:
                 return j
-    raise SplitError("unbalanced parentheses in a kernel launch")
+    raise SplitError(unclosed)

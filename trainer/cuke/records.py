@@ -4,10 +4,11 @@ and a user's JSONL file (`pytorch_code`, `cuda_code`, optional metadata)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ..jsonl import json_objects
 
 
 class SourceError(ValueError):
@@ -100,36 +101,25 @@ def jsonl_records(path: Path) -> list[PairRecord]:
     if not path.is_file():
         raise SourceError(f"pair file {path} does not exist: pass --source builtin or a JSONL file of pairs")
     records: list[PairRecord] = []
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SourceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                                  "each line must be one JSON object") from None
-            if not isinstance(row, dict):
-                raise SourceError(f"{where}: expected a JSON object with 'pytorch_code' and 'cuda_code'")
-            missing = [k for k in ("pytorch_code", "cuda_code") if not isinstance(row.get(k), str) or not row[k].strip()]
-            if missing:
-                raise SourceError(f"{where}: missing or empty {', '.join(missing)} (both must be non-empty strings: "
-                                  "the reference module and the ModelNew candidate)")
-            families, level, composition = infer_tags(row["pytorch_code"])
-            if row.get("families"):
-                fam = row["families"]
-                families = [f.strip() for f in (fam.split(",") if isinstance(fam, str) else fam) if str(f).strip()]
-            if row.get("level") is not None:
-                level = _level_of(row["level"], where)
-            composition = str(row.get("composition") or ">".join(families) or composition)
-            digest = hashlib.sha256((row["pytorch_code"] + "\x00" + row["cuda_code"]).encode()).hexdigest()[:12]
-            uid = str(row.get("id") or row.get("uid") or f"{families[0]}-{digest}")
-            known = {"pytorch_code", "cuda_code", "families", "level", "composition", "id", "uid", "dtype"}
-            records.append(PairRecord(uid=uid, pytorch_code=row["pytorch_code"], cuda_code=row["cuda_code"],
-                                      families=families, level=level, composition=composition, source=path.name,
-                                      dtype=str(row.get("dtype", "fp32")),
-                                      meta={k: v for k, v in row.items() if k not in known}))
+    for where, row in json_objects(path, SourceError):
+        missing = [k for k in ("pytorch_code", "cuda_code") if not isinstance(row.get(k), str) or not row[k].strip()]
+        if missing:
+            raise SourceError(f"{where}: missing or empty {', '.join(missing)} (both must be non-empty strings: "
+                              "the reference module and the ModelNew candidate)")
+        families, level, composition = infer_tags(row["pytorch_code"])
+        if row.get("families"):
+            fam = row["families"]
+            families = [f.strip() for f in (fam.split(",") if isinstance(fam, str) else fam) if str(f).strip()]
+        if row.get("level") is not None:
+            level = _level_of(row["level"], where)
+        composition = str(row.get("composition") or ">".join(families) or composition)
+        digest = hashlib.sha256((row["pytorch_code"] + "\x00" + row["cuda_code"]).encode()).hexdigest()[:12]
+        uid = str(row.get("id") or row.get("uid") or f"{families[0]}-{digest}")
+        known = {"pytorch_code", "cuda_code", "families", "level", "composition", "id", "uid", "dtype"}
+        records.append(PairRecord(uid=uid, pytorch_code=row["pytorch_code"], cuda_code=row["cuda_code"],
+                                  families=families, level=level, composition=composition, source=path.name,
+                                  dtype=str(row.get("dtype", "fp32")),
+                                  meta={k: v for k, v in row.items() if k not in known}))
     if not records:
         raise SourceError(f"{path} holds no pairs")
     uids = [r.uid for r in records]
