@@ -106,6 +106,13 @@ class CacheMemoryError(ValueError):
     """The requested rows × positions do not fit in the memory the engine may use (raised before allocating)."""
 
 
+def cache_capacity(max_length: int, block_size: int) -> int:
+    """Cache positions per slot for rows of up to `max_length` positions: whole blocks, plus two blocks of scratch
+    slots past the end where free slots (and the missing "previous block" of a row whose generation starts at
+    position 0) compute, outside every real query's view."""
+    return math.ceil(max_length / block_size) * block_size + 2 * block_size
+
+
 def positions_needed(prompt_tokens: int, max_new_tokens: int, block_size: int) -> int:
     """Cache positions a request decodes into: whole blocks from 0 up to the end of its last generation block."""
     start = prompt_tokens // block_size * block_size
@@ -178,7 +185,7 @@ def _memory_advice(config, dtype, capacity, available, budget, slots, fitting, l
     size = config.block_size
 
     def fits(positions: int) -> bool:  # positions per row, scratch excluded
-        fixed_c, per_slot_c = decoding_memory(config, dtype, positions + 2 * size, budget.prefill_tokens,
+        fixed_c, per_slot_c = decoding_memory(config, dtype, cache_capacity(positions, size), budget.prefill_tokens,
                                               length_bucket)
         return fixed_c + slots * per_slot_c <= available
 
@@ -365,9 +372,7 @@ class ContinuousBatcher:
         self.policy = policy or DecodingPolicy()
         size = config.block_size
         self.max_length = math.ceil(max_length / size) * size
-        # Two blocks of scratch slots past the end: free slots (and the missing "previous block" of a row whose
-        # generation starts at position 0) compute there, outside every real query's view.
-        capacity = self.max_length + 2 * size
+        capacity = cache_capacity(max_length, size)
         self.cache = engine.take_cache(capacity, slots)
         self.slots = self.cache.k[0].shape[0]
         dev = engine.device
@@ -706,7 +711,7 @@ class BlockDiffusionEngine:
             return length
         bucket = self.runner.length_bucket
         rounded = min(self.config.max_position_embeddings, math.ceil(length / bucket) * bucket)
-        capacity = rounded + 2 * self.config.block_size  # as ContinuousBatcher adds its scratch blocks
+        capacity = cache_capacity(rounded, self.config.block_size)
         kept = self._kept_cache
         if rounded == length or (kept is not None and kept.k[0].shape[0] == slots and kept.max_length == capacity):
             return rounded

@@ -595,11 +595,11 @@ class ExtensionBuilder:
     def prepare_common_headers(self) -> list[bool]:
         """Precompile the torch headers most candidates start with (a one-time cost per machine and torch)."""
         flags = torch_flags(self.arch, True, (), (), (), ())
-        cuda = (("c10/cuda/CUDAStream.h", "cuda_runtime.h"), ("ATen/cuda/CUDAContext.h", "cuda_runtime.h"))
-        # The pybind glue (main.cpp) starts with the full header; split host units with the light one and always
-        # with cuda_runtime.h.
-        variants = [(FULL_TORCH_HEADER, h) for h in ((), *cuda)]
-        variants += [(LIGHT_TORCH_HEADER, h) for h in (("cuda_runtime.h",), *cuda)]
+        # The pybind glue (main.cpp) starts with the full header alone; split host units with the light one and
+        # cuda_runtime.h, often with one of torch's CUDA headers. Rarer combinations are built when first needed.
+        host_extras = (("cuda_runtime.h",), ("c10/cuda/CUDAStream.h", "cuda_runtime.h"),
+                       ("ATen/cuda/CUDAContext.h", "cuda_runtime.h"))
+        variants = [(FULL_TORCH_HEADER, ())] + [(LIGHT_TORCH_HEADER, h) for h in host_extras]
         return [self.build_pch(flags, headers, base) for base, headers in variants]
 
     def build_pch(self, flags: _TorchFlags | None = None, extra_headers: tuple[str, ...] = (),
