@@ -17,7 +17,7 @@ import torch
 from dice_copilot.model.config import DiceConfig
 from dice_copilot.model.engine import BlockDiffusionEngine
 from dice_copilot.model.masks import block_causal_mask
-from dice_copilot.model.network import DiceForBlockDiffusion, KVCache
+from dice_copilot.model.network import DiceForBlockDiffusion, KVCache, few_query_attention, small_query_attention
 
 
 class _NoTokenizer:
@@ -79,6 +79,29 @@ def forward_latency_ms(engine: BlockDiffusionEngine, context: int) -> float:
     ms = cuda_time_ms(lambda: engine.runner(ids, positions, cache, slice(size, 2 * size)), repeats=50)
     engine.runner.release(cache)
     return ms
+
+
+def attention_us(config: DiceConfig, batch: int, context: int, device) -> dict:
+    """One layer's few-query attention (2 blocks of queries over `context` cached keys), fused kernel vs two
+    matmuls + softmax: µs per call, each timed as a CUDA graph of 28 calls (a model's layers) so launches overlap
+    as in a denoising pass."""
+    size, d = config.block_size, config.head_dim
+    q = torch.randn(batch, 2 * size, config.num_attention_heads, d, device=device, dtype=torch.bfloat16).transpose(1, 2)
+    cache = torch.randn(2, batch, config.num_key_value_heads, context + 4 * size, d, device=device,
+                        dtype=torch.bfloat16)
+    k, v = cache[0, :, :, : context + size], cache[1, :, :, : context + size]
+    positions = (torch.arange(-size, size, device=device) + context)[None].expand(batch, -1)
+    mask = block_causal_mask(positions, torch.arange(context + size, device=device), size)
+    out = {}
+    for name, fn in (("fused", few_query_attention), ("matmuls", small_query_attention)):
+        for _ in range(2):
+            fn(q, k, v, mask, config.num_key_value_heads)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(28):
+                fn(q, k, v, mask, config.num_key_value_heads)
+        out[name] = cuda_time_ms(graph.replay, repeats=20) * 1e3 / 28
+    return out
 
 
 PROFILED = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -244,6 +267,9 @@ def main(argv=None) -> int:
               f"{latency / floor_ms:>8.2f}")
         print(f"{'  same, CUDA graph of the uncompiled model':<44}{eager_graph_ms:>12.3f}{floor_ms:>12.3f}"
               f"{eager_graph_ms / floor_ms:>8.2f}")
+        for batch, times in results["attention_us"].items():
+            label = f"attention/layer b={batch} 1k ctx (us) fused vs matmuls"
+            print(f"{label:<44}{times['fused']:>12.1f}{times['matmuls']:>12.1f}{times['fused'] / times['matmuls']:>8.2f}")
         for row in rows:
             for base in ("hf_static_compiled", "hf_generate", "reference_sdar"):
                 if base in row:
@@ -275,6 +301,8 @@ def small_model_rows(args, skip, device, bandwidth, results):
     print(f"forward at batch 1: {latency:.3f} ms vs floor {floor_ms:.3f} ms ({latency / floor_ms:.2f}x)", flush=True)
     if args.profile:
         profile_forward(engine, 1024, args.profile)
+    results["attention_us"] = {b: attention_us(model.config, b, 1024, device) for b in (1, 16)}
+    print(f"attention per layer (us), fused vs matmuls: {results['attention_us']}", flush=True)
 
     vocab = model.config.vocab_size
     rows = []

@@ -118,6 +118,7 @@ def breakdown(verdict, total_s: float) -> dict:
             "check_s": verdict.stage_times.get("gpu"), "fresh_worker": verdict.details.get("fresh_worker"),
             "strategy": ",".join(b["strategy"] or "?" for b in builds),
             "compiled_units": [u for b in builds for u in b["compiled_units"]],
+            "unit_seconds": [b.get("unit_seconds", {}) for b in builds],
             "cached_build": verdict.cached_build}
 
 

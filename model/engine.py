@@ -16,6 +16,7 @@ changes. `generate()` is that loop with one slot per sequence and every request 
 """
 
 import itertools
+import logging
 import math
 import time
 from collections import deque
@@ -28,6 +29,7 @@ from .config import DiceConfig
 from .masks import block_causal_mask
 from .network import DiceForBlockDiffusion, KVCache
 
+log = logging.getLogger(__name__)
 STRATEGIES = ("dynamic", "static", "sequential")
 FINISH_REASONS = ("length", "stop", "cancelled")
 # Positions (prompt + generation) one ContinuousBatcher slot holds unless told otherwise: a long DICE prompt plus
@@ -227,16 +229,21 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
             drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # keep the token crossing top_p
             drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
             filtered = filtered.masked_fill(drop, float("-inf"))
-        tokens = torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=generator).squeeze(-1)
+        # One draw per row by the exponential race (what torch.multinomial does for one sample), spelled out
+        # because it has no host sync and so can be captured in a CUDA graph.
+        race = torch.empty_like(filtered).exponential_(generator=generator)
+        tokens = (torch.softmax(filtered, dim=-1) / race).argmax(dim=-1)
     return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 class ForwardRunner:
-    """Runs the model's denoising pass, replaying a CUDA graph per (batch, attended length) when on a GPU.
+    """Runs the model's denoising pass, replaying a CUDA graph per shape when on a GPU.
 
-    The host is launch-bound: an eager forward of a 1.7B model costs ~50× its memory floor, so the pass must be
-    one graph launch. Every pass has the same query shape (2 blocks per row), and the attended cache length is
-    rounded up to a multiple of `length_bucket`, so a handful of graphs cover a whole generation.
+    The host is launch-bound: an eager forward of a 1.7B model costs ~50× its memory floor, and the sampling and
+    commit bookkeeping after it are ~40 more small kernels (about half a forward's time at batch 1), so a whole
+    denoising pass (forward, sampling, commits, row state) is one graph launch (`run_pass`). Every pass has the same
+    query shape (2 blocks per row), and the attended cache length is rounded up to a multiple of `length_bucket`, so
+    a handful of graphs cover a whole generation.
     """
 
     def __init__(self, model: DiceForBlockDiffusion, use_graphs: bool, compile: bool = False,
@@ -244,7 +251,8 @@ class ForwardRunner:
         self.model = model
         self.use_graphs = use_graphs
         self.length_bucket = length_bucket
-        self._graphs: dict[tuple, tuple] = {}
+        self._graphs: dict[tuple, tuple] = {}  # keys start with id(cache): the buffers a graph is bound to
+        self._pass_graphs = True  # off after a capture failed
         # A graph of the eager model still replays ~30 small kernels per layer (norms, rotary, SwiGLU), each with
         # its own launch gap; Inductor fuses them. dynamic=True: one compilation serves every batch and length.
         self._forward = torch.compile(model, dynamic=True) if compile else model
@@ -254,36 +262,78 @@ class ForwardRunner:
             return needed
         return min(capacity, -(-needed // self.length_bucket) * self.length_bucket)
 
-    @torch.inference_mode()
-    def __call__(self, input_ids, positions, cache: KVCache, logits_slice: slice) -> torch.Tensor:
+    def forward(self, input_ids, positions, cache: KVCache, logits_slice: slice) -> torch.Tensor:
+        """The model over `cache.length` cache slots with the block-causal mask (no graph)."""
         mask = block_causal_mask(positions, torch.arange(cache.length, device=positions.device),
                                  self.model.config.block_size)
+        return self._forward(input_ids, positions, attn_mask=mask, kv_cache=cache, logits_slice=logits_slice)
+
+    @torch.inference_mode()
+    def __call__(self, input_ids, positions, cache: KVCache, logits_slice: slice) -> torch.Tensor:
+        """The forward alone, as a graph replay on a GPU (what bench/decode.py times against the memory floor)."""
         if not self.use_graphs:
-            return self._forward(input_ids, positions, attn_mask=mask, kv_cache=cache, logits_slice=logits_slice)
-        key = (id(cache), input_ids.shape, cache.length)
+            return self.forward(input_ids, positions, cache, logits_slice)
+        key = (id(cache), "forward", input_ids.shape, cache.length)
         if key not in self._graphs:
-            self._graphs[key] = self._capture(input_ids, positions, mask, cache, logits_slice)
-        graph, static_ids, static_pos, static_mask, static_logits = self._graphs[key]
+            static_ids, static_pos = input_ids.clone(), positions.clone()
+            graph, logits = self._capture(lambda: self.forward(static_ids, static_pos, cache, logits_slice), [])
+            self._graphs[key] = (graph, static_ids, static_pos, logits)
+        graph, static_ids, static_pos, logits = self._graphs[key]
         static_ids.copy_(input_ids)
         static_pos.copy_(positions)
-        static_mask.copy_(mask)
         graph.replay()
-        return static_logits
+        return logits
 
-    def _capture(self, input_ids, positions, mask, cache, logits_slice):
-        static_ids, static_pos, static_mask = input_ids.clone(), positions.clone(), mask.clone()
-        # Warm up on a side stream (allocator and kernel selection), then capture the same call.
+    def run_pass(self, cache: KVCache, key: tuple, step: Callable[[], torch.Tensor], state: Sequence[torch.Tensor],
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Runs `step()`: one whole denoising pass that updates `state` (tensors) in place and returns a tensor.
+
+        On a GPU it is captured once per (cache, key) and replayed after: the graph reads and writes the very
+        tensors `step` used while captured, so they must stay the same objects (in-place updates only)."""
+        if not self.use_graphs or not self._pass_graphs:
+            return step()
+        full_key = (id(cache), "pass", key)
+        if full_key not in self._graphs:
+            try:
+                self._graphs[full_key] = self._capture(step, state, generator)
+            except Exception:  # noqa: BLE001 - decoding must go on; the passes then run as separate launches
+                log.exception("capturing the denoising pass as one CUDA graph failed; running it uncaptured")
+                self._pass_graphs = False
+                return step()
+        graph, out = self._graphs[full_key]
+        graph.replay()
+        return out
+
+    def _capture(self, step, state, generator=None):
+        """(graph, output) of `step`; warm-up runs (allocator, kernel selection) leave `state` and the sampling
+        generator as they were, so the first replay is the pass itself (also when the capture fails)."""
+        saved = [t.clone() for t in state]
+        rng = generator.get_state() if generator is not None else None
+
+        def restore():
+            torch.cuda.synchronize()
+            for t, s in zip(state, saved):
+                t.copy_(s)
+            if generator is not None:
+                generator.set_state(rng)
+
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._forward(static_ids, static_pos, attn_mask=static_mask, kv_cache=cache, logits_slice=logits_slice)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_logits = self._forward(static_ids, static_pos, attn_mask=static_mask, kv_cache=cache,
-                                          logits_slice=logits_slice)
-        return graph, static_ids, static_pos, static_mask, static_logits
+        try:
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    step()
+                    restore()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            if generator is not None:
+                graph.register_generator_state(generator)  # a seeded generator advances with every replay
+            with torch.cuda.graph(graph):
+                out = step()
+        except Exception:
+            restore()
+            raise
+        return graph, out
 
     def release(self, cache: KVCache):
         """Drops the graphs bound to a cache (they hold its buffers' addresses)."""
@@ -332,6 +382,65 @@ class _PrefillWriter:
         return k, v
 
 
+class SlotBuffers:
+    """A ContinuousBatcher's device buffers: the static KV cache and each row slot's decoding state.
+
+    The denoising pass's CUDA graphs read and write these tensors by address, so they are allocated together,
+    updated only in place, and reused together (the engine keeps the last ones for the next batcher of the same
+    shape, graphs included).
+    """
+
+    def __init__(self, cache: KVCache, block_size: int, mask_id: int):
+        self.cache, self.mask_id = cache, mask_id
+        self.slots, capacity, dev = cache.k[0].shape[0], cache.max_length, cache.k[0].device
+
+        def counter():
+            return torch.zeros(self.slots, dtype=torch.long, device=dev)
+
+        self.tokens = torch.full((self.slots, capacity), mask_id, dtype=torch.long, device=dev)
+        self.step_of = torch.full((self.slots, capacity), -1, dtype=torch.long, device=dev)
+        self.prompt_len, self.start, self.length_limit, self.out_end = counter(), counter(), counter(), counter()
+        self.passes, self.step_in_block, self.block_masked = counter(), counter(), counter()
+        self.finish = counter()  # an index into FINISH_REASONS
+        self.done = torch.ones(self.slots, dtype=torch.bool, device=dev)  # free slots count as done
+        # Stop ids per row, padded with -1. Only ever widened (each width is its own graph key), never narrowed,
+        # so that one width always names one tensor.
+        self.stop_ids = torch.full((self.slots, 0), -1, dtype=torch.long, device=dev)
+        self.offsets = torch.arange(-block_size, block_size, device=dev)  # [previous block ‖ current block]
+        self.scratch = torch.arange(capacity - 2 * block_size, capacity, device=dev)  # the two scratch blocks
+        self._generator: torch.Generator | None = None
+
+    @torch.inference_mode()  # stop_ids may be an inference tensor (widened during a step)
+    def reset(self) -> None:
+        """Every slot free, as if new."""
+        self.tokens.fill_(self.mask_id)
+        self.step_of.fill_(-1)
+        for counter in (self.prompt_len, self.start, self.length_limit, self.out_end, self.passes,
+                        self.step_in_block, self.block_masked, self.finish):
+            counter.zero_()
+        self.done.fill_(True)
+        self.stop_ids.fill_(-1)
+
+    def widen_stops(self, width: int) -> None:
+        if width > self.stop_ids.shape[1]:
+            pad = self.stop_ids.new_full((self.slots, width - self.stop_ids.shape[1]), -1)
+            self.stop_ids = torch.cat([self.stop_ids, pad], 1)
+
+    def seeded_generator(self, seed: int | None) -> torch.Generator | None:
+        """The sampling generator, seeded; None (the default generator) without a seed. One object per buffers,
+        since a graph that samples with it is bound to it."""
+        if seed is None:
+            return None
+        if self._generator is None:
+            self._generator = torch.Generator(device=self.cache.k[0].device)
+        return self._generator.manual_seed(seed)
+
+    def pass_state(self) -> list[torch.Tensor]:
+        """The tensors a denoising pass writes."""
+        return [self.tokens, self.step_of, self.out_end, self.finish, self.done, self.start, self.step_in_block,
+                self.block_masked, self.passes]
+
+
 @dataclass
 class _Request:
     id: int
@@ -373,26 +482,11 @@ class ContinuousBatcher:
         size = config.block_size
         self.max_length = math.ceil(max_length / size) * size
         capacity = cache_capacity(max_length, size)
-        self.cache = engine.take_cache(capacity, slots)
-        self.slots = self.cache.k[0].shape[0]
-        dev = engine.device
-
-        # Per-slot decoding state, all on the device: one host sync per pass.
-        self.tokens = torch.full((self.slots, capacity), config.mask_token_id, dtype=torch.long, device=dev)
-        self.step_of = torch.full((self.slots, capacity), -1, dtype=torch.long, device=dev)
-        def counter():
-            return torch.zeros(self.slots, dtype=torch.long, device=dev)
-
-        self.prompt_len, self.start, self.length_limit, self.out_end = counter(), counter(), counter(), counter()
-        self.passes, self.step_in_block, self.block_masked = counter(), counter(), counter()
-        self.finish = counter()  # an index into FINISH_REASONS
-        self.done = torch.ones(self.slots, dtype=torch.bool, device=dev)  # free slots count as done
-        self.stop_ids = torch.full((self.slots, 0), -1, dtype=torch.long, device=dev)  # per row, padded with -1
-        self._offsets = torch.arange(-size, size, device=dev)
-        self._scratch = torch.arange(self.max_length, capacity, device=dev)
+        self.buffers = engine.take_slots(capacity, slots)
+        self.buffers.reset()
+        self.slots = self.buffers.slots
         self._steps = self.policy.steps_per_block or size
-        seed = self.policy.seed
-        self._generator = torch.Generator(device=dev).manual_seed(seed) if seed is not None else None
+        self._generator = self.buffers.seeded_generator(self.policy.seed)
         self._ids = itertools.count()
         self._waiting: deque[_Request] = deque()
         self._running: dict[int, _Request] = {}  # slot -> request
@@ -406,8 +500,8 @@ class ContinuousBatcher:
         self.close()
 
     def close(self) -> None:
-        """Hands the cache (and the CUDA graphs captured on it) back to the engine for the next batcher."""
-        self.engine.keep_cache(self.cache)
+        """Hands the buffers (and the CUDA graphs captured on them) back to the engine for the next batcher."""
+        self.engine.keep_slots(self.buffers)
 
     @property
     def unfinished(self) -> int:
@@ -463,8 +557,8 @@ class ContinuousBatcher:
             slots |= {slot for slot, r in self._running.items() if target in (None, r.id)}
         if slots:
             rows = torch.tensor(sorted(slots), device=self.engine.device)
-            self.done[rows] = True
-            self.finish[rows] = FINISH_REASONS.index("cancelled")
+            self.buffers.done[rows] = True
+            self.buffers.finish[rows] = FINISH_REASONS.index("cancelled")
             finished += self._harvest(sorted(slots))
         return finished
 
@@ -483,13 +577,13 @@ class ContinuousBatcher:
             joining.append((free.pop(0), request))
         if not joining:
             return
-        dev, config = self.engine.device, self.engine.config
-        size, mask_id = config.block_size, config.mask_token_id
+        dev, b = self.engine.device, self.buffers
+        size, mask_id = self.engine.config.block_size, b.mask_id
         rows = torch.tensor([slot for slot, _ in joining], device=dev)
         width = max(len(r.prompt_ids) for _, r in joining)
         prompts = torch.full((len(joining), width), mask_id, dtype=torch.long)
-        stops = torch.full((len(joining), max([self.stop_ids.shape[1]] + [len(r.stop) for _, r in joining])), -1,
-                           dtype=torch.long)
+        b.widen_stops(max(len(r.stop) for _, r in joining))
+        stops = torch.full((len(joining), b.stop_ids.shape[1]), -1, dtype=torch.long)
         for i, (_, request) in enumerate(joining):
             prompts[i, : len(request.prompt_ids)] = torch.tensor(request.prompt_ids)
             stops[i, : len(request.stop)] = torch.tensor(request.stop, dtype=torch.long)
@@ -497,19 +591,16 @@ class ContinuousBatcher:
         lengths = torch.tensor([[len(r.prompt_ids), s, len(r.prompt_ids) + r.max_new_tokens]
                                 for (_, r), s in zip(joining, starts)], device=dev)
 
-        self.tokens[rows] = mask_id
-        self.tokens[rows, :width] = prompts.to(dev)
-        self.prompt_len[rows], self.start[rows], self.length_limit[rows] = lengths.unbind(1)
-        self.out_end[rows] = lengths[:, 1]
-        for counter in (self.passes, self.step_in_block, self.finish):
+        b.tokens[rows] = mask_id
+        b.tokens[rows, :width] = prompts.to(dev)
+        b.prompt_len[rows], b.start[rows], b.length_limit[rows] = lengths.unbind(1)
+        b.out_end[rows] = lengths[:, 1]
+        for counter in (b.passes, b.step_in_block, b.finish):
             counter[rows] = 0
-        first_block = self.tokens[rows].gather(1, lengths[:, 1:2] + self._offsets[size:])
-        self.block_masked[rows] = (first_block == mask_id).sum(1)
-        if stops.shape[1] > self.stop_ids.shape[1]:
-            pad = stops.shape[1] - self.stop_ids.shape[1]
-            self.stop_ids = torch.cat([self.stop_ids, self.stop_ids.new_full((self.slots, pad), -1)], 1)
-        self.stop_ids[rows] = stops.to(dev)
-        self.done[rows] = False
+        first_block = b.tokens[rows].gather(1, lengths[:, 1:2] + b.offsets[size:])
+        b.block_masked[rows] = (first_block == mask_id).sum(1)
+        b.stop_ids[rows] = stops.to(dev)
+        b.done[rows] = False
         self._prefill([(slot, s) for (slot, _), s in zip(joining, starts) if s > 0])
         self._needed = max(self._needed, max(starts) + size)
 
@@ -531,52 +622,18 @@ class ContinuousBatcher:
         length = max(n for _, n in group)
         slots = torch.tensor([slot for slot, _ in group], device=self.engine.device)
         positions = torch.arange(length, device=self.engine.device)[None].expand(len(group), -1)
-        self.engine.model(self.tokens[slots, :length], positions, kv_cache=_PrefillWriter(self.cache, slots, length),
-                          logits_slice=slice(0, 0))
+        self.engine.model(self.buffers.tokens[slots, :length], positions,
+                          kv_cache=_PrefillWriter(self.buffers.cache, slots, length), logits_slice=slice(0, 0))
 
     def _denoise(self) -> list[tuple[int, Generation]]:
-        """One denoising pass over every slot; streams completed blocks and returns the requests that finished."""
-        config, policy, runner = self.engine.config, self.policy, self.engine.runner
-        size, mask_id = config.block_size, config.mask_token_id
-        positions = torch.where(self.done[:, None], self._scratch, self.start[:, None] + self._offsets)
-        positions[:, :size] = torch.where((self.start == 0)[:, None], self._scratch[:size], positions[:, :size])
-        self.cache.length = runner.attended_length(self._needed, self.cache.max_length)
-        logits = runner(self.tokens.gather(1, positions), positions, self.cache, slice(size, 2 * size)).float()
-        logits[..., mask_id] = float("-inf")  # committing the mask token would leave the position masked
-        block_pos = positions[:, size:]
-        current = self.tokens.gather(1, block_pos)
-        is_masked = current == mask_id
-        candidates, confidence = sample_tokens(logits.reshape(-1, logits.shape[-1]), policy.temperature,
-                                               policy.top_k, policy.top_p, self._generator)
-        candidates = candidates.view(self.slots, size)
-        confidence = confidence.view(self.slots, size).masked_fill(~is_masked, float("-inf"))
-        active = ~self.done
-        quota = commit_quota(self.block_masked, self.step_in_block, self._steps, is_masked)
-        commit = choose_commits(policy.strategy, confidence, is_masked, quota, policy.threshold) & active[:, None]
-        self.tokens.scatter_(1, block_pos, torch.where(commit, candidates, current))
-        self.step_of.scatter_(1, block_pos, torch.where(commit, self.passes[:, None],
-                                                        self.step_of.gather(1, block_pos)))
-        self.passes += active
-        self.step_in_block += active
-        complete = active & ~(is_masked & ~commit).any(1)
-
-        # Stop tokens are checked when a block is committed; the stop token itself is kept in token_ids.
-        block_tokens = self.tokens.gather(1, block_pos)
-        is_stop = ((block_tokens[:, :, None] == self.stop_ids[:, None, :]).any(-1)
-                   & (block_pos >= self.prompt_len[:, None]))
-        has_stop = complete & is_stop.any(1)
-        first_stop = block_pos.gather(1, is_stop.float().argmax(1, keepdim=True)).squeeze(1)
-        at_limit = complete & ~has_stop & (self.start + size >= self.length_limit)
-        self.out_end = torch.where(has_stop, first_stop + 1, torch.where(
-            at_limit, self.length_limit, torch.where(complete, self.start + size, self.out_end)))
-        self.finish = torch.where(has_stop, FINISH_REASONS.index("stop"), self.finish)
-        self.done |= has_stop | at_limit
-        advance = complete & ~self.done
-        self.start = torch.where(advance, self.start + size, self.start)
-        self.step_in_block = torch.where(advance, 0, self.step_in_block)
-        self.block_masked = torch.where(advance, size, self.block_masked)
-        needed = (self.start + size).masked_fill(self.done, 0).max()
-        flags = torch.cat([self.done.long(), complete.long(), needed[None]]).tolist()  # the pass's one sync
+        """One denoising pass over every slot (one graph replay on a GPU, then the pass's one host sync); streams
+        completed blocks and returns the requests that finished."""
+        b, runner, policy = self.buffers, self.engine.runner, self.policy
+        b.cache.length = runner.attended_length(self._needed, b.cache.max_length)
+        # Everything the captured pass bakes in as constants is in the key.
+        key = (b.cache.length, b.stop_ids.shape[1], policy.strategy, policy.threshold, policy.temperature,
+               policy.top_k, policy.top_p, self._steps)
+        flags = runner.run_pass(b.cache, key, self._pass, b.pass_state(), self._generator).tolist()
         self._needed = flags[-1]
         done, complete = flags[: self.slots], flags[self.slots: 2 * self.slots]
         streaming = [slot for slot, r in self._running.items() if complete[slot] and r.on_block is not None]
@@ -585,10 +642,55 @@ class ContinuousBatcher:
         ended = [slot for slot in self._running if done[slot]]
         return self._harvest(ended) if ended else []
 
+    def _pass(self) -> torch.Tensor:
+        """The denoising pass on the device: forward, sampling, commits, stop and length checks, block advance.
+        Writes the row state in place (it is replayed as a CUDA graph over the same buffers) and returns
+        [done per slot ‖ block completed per slot ‖ cache positions the running rows need]."""
+        b, policy = self.buffers, self.policy
+        size, mask_id = self.engine.config.block_size, b.mask_id
+        positions = torch.where(b.done[:, None], b.scratch, b.start[:, None] + b.offsets)
+        positions[:, :size] = torch.where((b.start == 0)[:, None], b.scratch[:size], positions[:, :size])
+        logits = self.engine.runner.forward(b.tokens.gather(1, positions), positions, b.cache,
+                                            slice(size, 2 * size)).float()
+        logits[..., mask_id] = float("-inf")  # committing the mask token would leave the position masked
+        block_pos = positions[:, size:]
+        current = b.tokens.gather(1, block_pos)
+        is_masked = current == mask_id
+        candidates, confidence = sample_tokens(logits.reshape(-1, logits.shape[-1]), policy.temperature,
+                                               policy.top_k, policy.top_p, self._generator)
+        candidates = candidates.view(self.slots, size)
+        confidence = confidence.view(self.slots, size).masked_fill(~is_masked, float("-inf"))
+        active = ~b.done
+        quota = commit_quota(b.block_masked, b.step_in_block, self._steps, is_masked)
+        commit = choose_commits(policy.strategy, confidence, is_masked, quota, policy.threshold) & active[:, None]
+        b.tokens.scatter_(1, block_pos, torch.where(commit, candidates, current))
+        b.step_of.scatter_(1, block_pos, torch.where(commit, b.passes[:, None], b.step_of.gather(1, block_pos)))
+        b.passes.add_(active)
+        b.step_in_block.add_(active)
+        complete = active & ~(is_masked & ~commit).any(1)
+
+        # Stop tokens are checked when a block is committed; the stop token itself is kept in token_ids.
+        block_tokens = b.tokens.gather(1, block_pos)
+        is_stop = ((block_tokens[:, :, None] == b.stop_ids[:, None, :]).any(-1)
+                   & (block_pos >= b.prompt_len[:, None]))
+        has_stop = complete & is_stop.any(1)
+        first_stop = block_pos.gather(1, is_stop.float().argmax(1, keepdim=True)).squeeze(1)
+        at_limit = complete & ~has_stop & (b.start + size >= b.length_limit)
+        b.out_end.copy_(torch.where(has_stop, first_stop + 1, torch.where(
+            at_limit, b.length_limit, torch.where(complete, b.start + size, b.out_end))))
+        b.finish.masked_fill_(has_stop, FINISH_REASONS.index("stop"))
+        b.done.logical_or_(has_stop | at_limit)
+        advance = complete & ~b.done
+        b.start.add_(advance * size)
+        b.step_in_block.masked_fill_(advance, 0)
+        b.block_masked.masked_fill_(advance, size)
+        needed = (b.start + size).masked_fill(b.done, 0).max()
+        return torch.cat([b.done.long(), complete.long(), needed[None]])
+
     def _stream(self, slots: list[int]) -> None:
         rows = torch.tensor(slots, device=self.engine.device)
-        ends = self.out_end[rows].tolist()
-        for slot, end, row in zip(slots, ends, self.tokens[rows, : max(ends)].tolist()):
+        ends = self.buffers.out_end[rows].tolist()
+        for slot, end, row in zip(slots, ends, self.buffers.tokens[rows, : max(ends)].tolist()):
             request = self._running[slot]
             ids = row[len(request.prompt_ids): end]
             request.on_block(BlockUpdate(request.id, ids, self.engine._decode(ids, request.stop)))
@@ -596,8 +698,9 @@ class ContinuousBatcher:
     def _harvest(self, slots: list[int]) -> list[tuple[int, Generation]]:
         """Results of finished rows; their slots become free (they stay `done`, computing in scratch)."""
         rows = torch.tensor(slots, device=self.engine.device)
-        ends, passes, finish = torch.stack([self.out_end[rows], self.passes[rows], self.finish[rows]]).tolist()
-        rows_out = torch.stack([self.tokens[rows, : max(ends)], self.step_of[rows, : max(ends)]], 1).tolist()
+        b = self.buffers
+        ends, passes, finish = torch.stack([b.out_end[rows], b.passes[rows], b.finish[rows]]).tolist()
+        rows_out = torch.stack([b.tokens[rows, : max(ends)], b.step_of[rows, : max(ends)]], 1).tolist()
         results = []
         for slot, end, n_passes, reason, (ids, steps) in zip(slots, ends, passes, finish, rows_out):
             request = self._running.pop(slot)
@@ -636,27 +739,28 @@ class BlockDiffusionEngine:
         if compile is None:
             compile = use_cuda_graphs
         self.runner = ForwardRunner(self.model, use_cuda_graphs, compile=compile)
-        self._kept_cache: KVCache | None = None
+        self._kept: SlotBuffers | None = None  # the last batcher's buffers, for the next one of that shape
 
-    def take_cache(self, capacity: int, slots: int | None) -> KVCache:
-        """A cache of `slots` rows × `capacity` positions (slots None: as many as fit). The last batcher's cache is
-        reused when it has that shape, so the CUDA graphs captured on it replay at once: repeated generate() calls
-        of one shape (an editor's requests, RL rounds) capture nothing after the first. Its stale keys/values are
-        never visible (see ContinuousBatcher)."""
-        kept, self._kept_cache = self._kept_cache, None
-        if kept is not None and slots == kept.k[0].shape[0] and capacity == kept.max_length:
+    def take_slots(self, capacity: int, slots: int | None) -> SlotBuffers:
+        """Buffers of `slots` rows × `capacity` positions (slots None: as many as fit). The last batcher's are
+        reused when they have that shape, so the CUDA graphs captured on them replay at once: repeated generate()
+        calls of one shape (an editor's requests, RL rounds) capture nothing after the first. Their stale
+        keys/values are never visible (see ContinuousBatcher)."""
+        kept, self._kept = self._kept, None
+        if kept is not None and slots == kept.slots and capacity == kept.cache.max_length:
             return kept
         if kept is not None:
-            self.runner.release(kept)  # before sizing: its memory counts as free again
+            self.runner.release(kept.cache)  # before sizing: its memory counts as free again
             del kept
         plan = self.cache_plan(capacity, slots)
-        return KVCache(self.config, plan.slots, capacity, self.device, self.dtype)
+        cache = KVCache(self.config, plan.slots, capacity, self.device, self.dtype)
+        return SlotBuffers(cache, self.config.block_size, self.config.mask_token_id)
 
-    def keep_cache(self, cache: KVCache) -> None:
-        """Keep one cache (the latest) with its graphs for reuse; an older kept one is released."""
-        if self._kept_cache is not None and self._kept_cache is not cache:
-            self.runner.release(self._kept_cache)
-        self._kept_cache = cache
+    def keep_slots(self, buffers: SlotBuffers) -> None:
+        """Keep one set of buffers (the latest) with its graphs for reuse; an older kept one is released."""
+        if self._kept is not None and self._kept is not buffers:
+            self.runner.release(self._kept.cache)
+        self._kept = buffers
 
     def cache_plan(self, capacity: int, slots: int | None = None) -> CachePlan:
         """Slots × `capacity` positions sized from the memory this engine may use now (see plan_cache)."""
@@ -712,8 +816,8 @@ class BlockDiffusionEngine:
         bucket = self.runner.length_bucket
         rounded = min(self.config.max_position_embeddings, math.ceil(length / bucket) * bucket)
         capacity = cache_capacity(rounded, self.config.block_size)
-        kept = self._kept_cache
-        if rounded == length or (kept is not None and kept.k[0].shape[0] == slots and kept.max_length == capacity):
+        kept = self._kept
+        if rounded == length or (kept is not None and kept.slots == slots and kept.cache.max_length == capacity):
             return rounded
         try:
             self.cache_plan(capacity, slots)

@@ -4,6 +4,7 @@ Parameter names follow Hugging Face's Qwen3ForCausalLM, so DICE/SDAR checkpoints
 """
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,15 @@ try:  # flex-attention is optional: used when the caller passes a BlockMask (tra
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
 except ImportError:  # pragma: no cover - old torch
     BlockMask, flex_attention = None, None
+
+# The fused few-query attention kernel (Triton, CUDA only); DICE_FUSED_ATTENTION=0 turns it off (e.g. to rule it
+# out when a result looks wrong on an unusual GPU), leaving the two-matmul path.
+fused_few_query_attention = None
+if os.environ.get("DICE_FUSED_ATTENTION", "1") != "0":
+    try:
+        from .attention_kernels import few_query_attention as fused_few_query_attention
+    except ImportError:  # no Triton (CPU-only installs)
+        pass
 
 
 class RMSNorm(nn.Module):
@@ -109,6 +119,16 @@ def small_query_attention(q, k, v, mask, n_kv_heads: int) -> torch.Tensor:
     return torch.matmul(probs, v).view(b, n_heads, q_len, d)
 
 
+def few_query_attention(q, k, v, mask, n_kv_heads: int) -> torch.Tensor:
+    """small_query_attention's function; on a GPU as the fused Triton kernel pair (attention_kernels) when the
+    shape suits it (head dim a power of two, at most 64 query rows per KV head)."""
+    b, n_heads, q_len, d = q.shape
+    fits = d >= 16 and d & (d - 1) == 0 and n_heads // n_kv_heads * q_len <= 64
+    if fused_few_query_attention is not None and q.is_cuda and fits:
+        return fused_few_query_attention(q, k, v, mask, n_kv_heads)
+    return small_query_attention(q, k, v, mask, n_kv_heads)
+
+
 class Attention(nn.Module):
     def __init__(self, config: DiceConfig, layer_index: int):
         super().__init__()
@@ -142,7 +162,7 @@ class Attention(nn.Module):
         if BlockMask is not None and isinstance(attn_mask, BlockMask):
             out = flex_attention(q, k, v, block_mask=attn_mask, enable_gqa=self.n_heads != self.n_kv_heads)
         elif kv_cache is not None and q_len <= SMALL_QUERY_ATTENTION:
-            out = small_query_attention(q, k, v, attn_mask, self.n_kv_heads)
+            out = few_query_attention(q, k, v, attn_mask, self.n_kv_heads)
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, scale=1.0 / math.sqrt(self.head_dim),

@@ -97,3 +97,49 @@ def test_cache_writes_each_rows_tokens_at_its_own_positions():
     assert cache.k[1][0, :, 9:12].abs().sum() == 0 and cache.k[0].abs().sum() == 0  # nothing else written
     assert KVCache.bytes_per_slot(config, torch.bfloat16) == (
         2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,heads,kv_heads,queries,keys", [
+    (1, 16, 8, 8, 1024 + 4),  # the DICE-1.7B layer shape in a denoising pass
+    (3, 32, 8, 8, 129),  # 4 query heads per KV head, a partial last tile
+    (2, 8, 8, 4, 7),  # fewer keys than one tile
+    (16, 16, 8, 8, 4100),
+])
+def test_the_fused_few_query_attention_kernel_matches_the_matmul_path(batch, heads, kv_heads, queries, keys):
+    from dice_copilot.model import network
+
+    assert network.fused_few_query_attention is not None, "Triton should be importable on the GPU machine"
+    torch.manual_seed(0)
+    d, size = 128, 4
+    # Strided like the model's tensors: q a transposed view, k/v views of a longer cache.
+    q = torch.randn(batch, queries, heads, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    cache = torch.randn(2, batch, kv_heads, keys + 16, d, device="cuda", dtype=torch.bfloat16)
+    k, v = cache[0, :, :, :keys], cache[1, :, :, :keys]
+    start = torch.randint(size, max(keys - size, size + 1), (batch,), device="cuda") // size * size
+    positions = start[:, None] + torch.arange(-size, size, device="cuda")[:queries]
+    mask = network.block_causal_mask(positions, torch.arange(keys, device="cuda"), size)
+    want = network.small_query_attention(q.float(), k.float(), v.float(), mask, kv_heads)
+    got = network.few_query_attention(q, k, v, mask, kv_heads)
+    assert got.dtype == torch.bfloat16 and got.shape == want.shape
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_the_fused_attention_kernel_compiles_and_graph_captures_at_changing_lengths():
+    from dice_copilot.model import network
+
+    torch.manual_seed(0)
+    compiled = torch.compile(network.few_query_attention, dynamic=True)
+    q = torch.randn(2, 16, 8, 128, device="cuda", dtype=torch.bfloat16)
+    cache = torch.randn(2, 2, 8, 2048, 128, device="cuda", dtype=torch.bfloat16)
+    for length in (256, 512, 1280):
+        k, v = cache[0, :, :, :length], cache[1, :, :, :length]
+        mask = torch.rand(2, 1, 8, length, device="cuda") < 0.7
+        want = network.small_query_attention(q, k, v, mask, 8)
+        graph = torch.cuda.CUDAGraph()
+        compiled(q, k, v, mask, 8)  # compile (and warm up) outside the capture
+        with torch.cuda.graph(graph):
+            out = compiled(q, k, v, mask, 8)
+        graph.replay()
+        torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)

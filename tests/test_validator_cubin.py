@@ -54,6 +54,8 @@ FAKE_COMPILER = textwrap.dedent('''\
     out = args[args.index("-o") + 1]
     source = args[args.index("-o") - 1]
     text = open(source).read() if source.endswith((".cu", ".cpp")) else "linked"
+    if "torch/csrc/utils/pybind.h" in text and "torch::nn::" in text:  # C++ frontend code without extension.h
+        sys.exit(source + ":2:5: error: 'torch::nn' has not been declared")
     open(out, "w").write(" ".join(args) + "\\n" + text)
 ''')
 
@@ -183,6 +185,26 @@ def test_the_host_unit_starts_with_load_inlines_cuda_prelude(fake_builder):
     assert host.startswith("\n".join(c.text for c in cuda[:3])) and "torch/types.h" in cuda[0].text
     assert "torch/extension.h" not in host
     assert _pch_base(host) == "torch/types.h"
+
+
+def test_the_split_glue_starts_with_the_light_prelude_and_binds_as_load_inline_does(fake_builder):
+    result = fake_builder.build(_spec(HONEST))
+    assert result.ok and result.strategy == "split", result.log
+    glue = (Path(result.so_path).parent / "main.cpp").read_text()
+    assert glue.startswith("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n")
+    assert "torch/extension.h" not in glue
+    cpp, _ = load_inline_sources(_spec(HONEST))
+    assert glue.endswith("\n".join(c.text for c in cpp[1:]))  # load_inline's declarations and pybind11 bindings
+
+
+def test_glue_that_needs_torch_extension_h_is_rebuilt_with_it(fake_builder):
+    source = HONEST.replace('cpp_sources="torch::Tensor twice(torch::Tensor x);"',
+                            'cpp_sources="torch::Tensor twice(torch::Tensor x);\\n'
+                            'torch::Tensor relu6(torch::Tensor x) { return torch::nn::functional::relu6(x); }"')
+    result = fake_builder.build(_spec(source))
+    assert result.ok and result.strategy == "split", result.log
+    assert (Path(result.so_path).parent / "main.cpp").read_text().startswith("#include <torch/extension.h>")
+    assert "has not been declared" not in result.log  # the successful build's log, not the first attempt's
 
 
 def test_an_object_built_before_the_precompiled_header_was_ready_is_reused_after(fake_builder, tmp_path):

@@ -232,7 +232,8 @@ class ValidatorPool:
             cached = cached and result.cached
             verdict.details.setdefault("builds", []).append({
                 "extension": spec.name, "strategy": result.strategy, "seconds": round(result.seconds, 3),
-                "cached": result.cached, "compiled_units": result.compiled_units})
+                "cached": result.cached, "compiled_units": result.compiled_units,
+                "unit_seconds": result.unit_seconds})
             verdict.diagnostics += [_relocate(d, candidate) for d in result.diagnostics]
             if not result.ok:
                 verdict.compiler_log = "\n".join(logs)

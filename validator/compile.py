@@ -41,10 +41,11 @@ COMPILERS_IN_OWN_GROUP = True
 CACHE_ENV = "DICE_COPILOT_CACHE"
 ARCH_ENV = "DICE_COPILOT_CUDA_ARCH"
 PCH_HEADER = "dice_torch_pch.h"  # the file a precompiled header is built from (and -include'd as)
-# The torch headers units start with: the pybind glue (main.cpp) with torch/extension.h, CUDA sources (load_inline's
-# prelude, hence the split host unit) with torch/types.h. The light one matters: every g++ run instantiates the
-# templates its headers leave pending, ~12 s per unit for torch/extension.h (pybind11 included) against ~4 s for
-# torch/types.h on this project's CPU machine, precompiled header or not.
+# The torch headers units start with: load_inline's pybind glue (main.cpp) with torch/extension.h, CUDA sources (its
+# prelude, hence the split host unit) with torch/types.h; the split glue with torch/types.h + GLUE_HEADERS. The light
+# ones matter: every g++ run instantiates the templates its headers leave pending, ~12 s per unit for
+# torch/extension.h against ~4 s for torch/types.h (~7 s with GLUE_HEADERS) on this project's CPU machine,
+# precompiled header or not.
 FULL_TORCH_HEADER = "torch/extension.h"
 LIGHT_TORCH_HEADER = "torch/types.h"
 
@@ -89,6 +90,7 @@ class BuildResult:
     # Generated units this build compiled, and those whose object came from the object cache.
     compiled_units: list[str] = field(default_factory=list)
     reused_units: list[str] = field(default_factory=list)
+    unit_seconds: dict[str, float] = field(default_factory=dict)  # wall time of each compiled unit and the link
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -298,18 +300,26 @@ def run_with_deadline(cmd: list[str], deadline: float, cwd: Path) -> tuple[int, 
     return proc.returncode, out
 
 
-def run_parallel(commands: list[list[str]], deadline: float, cwd: Path) -> list[tuple[int, str]]:
+def run_parallel(commands: list[list[str]], deadline: float, cwd: Path,
+                 seconds: list[float] | None = None) -> list[tuple[int, str]]:
     """Run compilers side by side; when one fails the others are stopped (the verdict is already decided), and
-    everything is killed at the deadline."""
+    everything is killed at the deadline. `seconds`, when given, receives each command's wall time."""
+    started = time.monotonic()
     procs = [subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               errors="replace", start_new_session=COMPILERS_IN_OWN_GROUP) for cmd in commands]
     outputs: list[str | None] = [None] * len(procs)
+    ended: list[float | None] = [None] * len(procs)
     readers = [threading.Thread(target=_drain, args=(p, outputs, i), daemon=True) for i, p in enumerate(procs)]
     for reader in readers:
         reader.start()
     failed = timed_out = False
-    while [p.poll() for p in procs].count(None):  # poll every process (any() would stop at the first)
-        if time.monotonic() > deadline:
+    while True:
+        states = [p.poll() for p in procs]  # poll every process (any() would stop at the first)
+        now = time.monotonic()
+        ended = [e if e is not None or state is None else now - started for e, state in zip(ended, states)]
+        if None not in states:
+            break
+        if now > deadline:
             timed_out = True
             break
         if any(p.returncode not in (None, 0) for p in procs):
@@ -324,6 +334,8 @@ def run_parallel(commands: list[list[str]], deadline: float, cwd: Path) -> list[
         reader.join()
     if timed_out:
         raise CompileTimeout()
+    if seconds is not None:
+        seconds.extend(e if e is not None else time.monotonic() - started for e in ended)
     results = []
     for p, out in zip(procs, outputs):
         stopped = failed and p.returncode == -signal.SIGKILL
@@ -460,10 +472,15 @@ class ExtensionBuilder:
                 # load_inline's own prelude of CUDA sources (torch/types.h, cuda.h, cuda_runtime.h): the host code
                 # sees exactly the declarations it sees in the KernelBench layout.
                 host_chunks = cuda_chunks[:3] + split.host
-                units = [("main.cpp", cpp_chunks, "cxx"), ("host.cpp", host_chunks, "cxx"),
-                         ("kernels.cu", split.device, "cubin")]
-                result = self._compile_and_link(module_name, glue_name, build_dir, so_path, deadline, flags, define,
-                                                use_pch, units, strategy="split", cubin_flags=cubin_flags)
+                # The pybind11 glue (main.cpp) with the light prelude first; if only the glue fails (its C++ code
+                # needs more of torch), as load_inline writes it.
+                for glue_chunks in _glue_variants(cpp_chunks):
+                    units = [("main.cpp", glue_chunks, "cxx"), ("host.cpp", host_chunks, "cxx"),
+                             ("kernels.cu", split.device, "cubin")]
+                    result = self._compile_and_link(module_name, glue_name, build_dir, so_path, deadline, flags,
+                                                    define, use_pch, units, strategy="split", cubin_flags=cubin_flags)
+                    if result.ok or _kernel_error_is_final(result) or result.failed_units != ["main.cpp"]:
+                        break
                 if result.ok or _kernel_error_is_final(result):
                     return result
                 log_prefix = "[fast path failed; result below is from the load_inline layout]\n"
@@ -509,7 +526,8 @@ class ExtensionBuilder:
                 pending.append((cmd, obj, name))
             else:
                 reused.append(name)
-        outcomes = self._run_units(pending, deadline, build_dir)
+        unit_seconds: dict[str, float] = {}
+        outcomes = self._run_units(pending, deadline, build_dir, unit_seconds)
         log = "\n".join(f"$ {shlex.join(map(str, c))}\n{out}" for (c, _, _), (_, out) in zip(pending, outcomes))
         ok = all(rc == 0 for rc, _ in outcomes)
         failed_units = [name for (_, _, name), (rc, out) in zip(pending, outcomes)
@@ -526,19 +544,21 @@ class ExtensionBuilder:
                 reused.append(module_file.name)
             else:
                 compiled.append(module_file.name)
-                rc, out = self._run_units([(cmd, obj, module_file.name)], deadline, build_dir)[0]
+                rc, out = self._run_units([(cmd, obj, module_file.name)], deadline, build_dir, unit_seconds)[0]
                 log += f"\n$ {shlex.join(cmd)}\n{out}"
                 ok = rc == 0
                 failed_units += [] if ok else [module_file.name]
         if ok and self.config.link:
             link = [self.config.cxx, *objects, *flags.ldflags, "-o", so_path.name]
+            linking = time.monotonic()
             rc, out = run_with_deadline(link, deadline, build_dir)
+            unit_seconds["link"] = round(time.monotonic() - linking, 3)
             log += f"\n$ {shlex.join(link)}\n{out}"
             ok = rc == 0
         diagnostics = map_diagnostics(log, files) if not ok or "warning" in log else []
         return BuildResult(ok, module_name, str(so_path) if ok and self.config.link else None, log, 0.0,
                            strategy=strategy, diagnostics=diagnostics, failed_units=failed_units,
-                           compiled_units=compiled, reused_units=reused)
+                           compiled_units=compiled, reused_units=reused, unit_seconds=unit_seconds)
 
     def _from_object_cache(self, cmd: list[str], text: bytes, obj: Path) -> bool:
         cached_obj = self._object_cache_path(cmd, text)
@@ -547,10 +567,12 @@ class ExtensionBuilder:
             return True
         return False
 
-    def _run_units(self, pending: list[tuple[list[str], Path, str]], deadline: float,
-                   build_dir: Path) -> list[tuple[int, str]]:
+    def _run_units(self, pending: list[tuple[list[str], Path, str]], deadline: float, build_dir: Path,
+                   unit_seconds: dict[str, float]) -> list[tuple[int, str]]:
         """Compile side by side; store each successful output in the object cache (keyed by command and text)."""
-        outcomes = run_parallel([cmd for cmd, _, _ in pending], deadline, build_dir) if pending else []
+        seconds: list[float] = []
+        outcomes = run_parallel([cmd for cmd, _, _ in pending], deadline, build_dir, seconds) if pending else []
+        unit_seconds.update((name, round(t, 3)) for (_, _, name), t in zip(pending, seconds))
         for (cmd, obj, name), (rc, _) in zip(pending, outcomes):
             if rc == 0:
                 cached_obj = self._object_cache_path(cmd, (build_dir / name).read_bytes())
@@ -595,11 +617,12 @@ class ExtensionBuilder:
     def prepare_common_headers(self) -> list[bool]:
         """Precompile the torch headers most candidates start with (a one-time cost per machine and torch)."""
         flags = torch_flags(self.arch, True, (), (), (), ())
-        # The pybind glue (main.cpp) starts with the full header alone; split host units with the light one and
+        # The split pybind glue (main.cpp) starts with the light header and torch's pybind11 header (the full
+        # header alone when that fails, and in the load_inline layout); split host units with the light one and
         # cuda_runtime.h, often with one of torch's CUDA headers. Rarer combinations are built when first needed.
-        host_extras = (("cuda_runtime.h",), ("c10/cuda/CUDAStream.h", "cuda_runtime.h"),
-                       ("ATen/cuda/CUDAContext.h", "cuda_runtime.h"))
-        variants = [(FULL_TORCH_HEADER, ())] + [(LIGHT_TORCH_HEADER, h) for h in host_extras]
+        light_extras = (GLUE_HEADERS, ("cuda_runtime.h",), ("c10/cuda/CUDAStream.h", "cuda_runtime.h"),
+                        ("ATen/cuda/CUDAContext.h", "cuda_runtime.h"))
+        variants = [(LIGHT_TORCH_HEADER, h) for h in light_extras] + [(FULL_TORCH_HEADER, ())]
         return [self.build_pch(flags, headers, base) for base, headers in variants]
 
     def build_pch(self, flags: _TorchFlags | None = None, extra_headers: tuple[str, ...] = (),
@@ -639,8 +662,23 @@ def _kernel_error_is_final(result: BuildResult) -> bool:
                    for d in errors)
 
 
-# CUDA-side torch headers worth precompiling along with torch/extension.h when a unit includes them up front.
-PCH_EXTRA_HEADERS = ("ATen/cuda/CUDAContext.h", "c10/cuda/CUDAStream.h", "c10/cuda/CUDAGuard.h", "cuda_runtime.h")
+# Headers worth precompiling along with the torch header a unit starts with, when it includes them up front: torch's
+# CUDA headers, and the pybind11 glue's light prelude.
+GLUE_HEADERS = ("torch/csrc/utils/pybind.h", "torch/csrc/Exceptions.h")  # casters; wrap_pybind_function
+PCH_EXTRA_HEADERS = ("ATen/cuda/CUDAContext.h", "c10/cuda/CUDAStream.h", "c10/cuda/CUDAGuard.h", "cuda_runtime.h",
+                     *GLUE_HEADERS)
+
+
+def _glue_variants(cpp_chunks: list[_Chunk]) -> list[list[_Chunk]]:
+    """main.cpp texts to try, fastest first: load_inline's main.cpp with torch/types.h and torch's pybind11 headers
+    (pybind11 with its STL casters, torch's type casters and wrap_pybind_function: what torch/extension.h gives the
+    bindings), then as load_inline writes it. torch/extension.h's C++ frontend leaves g++ so many pending template
+    instantiations that even an empty file takes ~12 s with a precompiled header on this project's CPU machine,
+    against ~7 s with the light prelude (same bindings, same conversions)."""
+    if not cpp_chunks or cpp_chunks[0].text != f"#include <{FULL_TORCH_HEADER}>":
+        return [cpp_chunks]
+    light = [_Chunk(f"#include <{h}>") for h in (LIGHT_TORCH_HEADER, *GLUE_HEADERS)] + cpp_chunks[1:]
+    return [light, cpp_chunks]
 
 
 def _without_pch_flags(cmd: list[str]) -> list[str]:

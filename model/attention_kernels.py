@@ -1,0 +1,122 @@
+"""Few-query attention over a KV cache as one Triton kernel pair (split-K "flash decoding"), for CUDA devices.
+
+A denoising pass has 8 queries per row (two blocks) against up to thousands of cached keys. As two batched matmuls
+with a separate softmax this took ~21 us per layer on an H200 (the scores matmul alone picked a 12.5 us cuBLAS
+kernel) for ~2 MB of keys and values: a latency problem, not a bandwidth one. Here every program takes one tile of
+`KEYS_PER_PROGRAM` keys for one KV head and all the query rows that read it (its query heads × queries, padded to
+16 rows for the tensor cores), so the keys are spread over the whole GPU; a second kernel merges the tiles'
+partial softmax sums. The mask is read as given (any boolean [B, 1, Q, K] mask), so the result is the same
+function as `network.small_query_attention`, up to rounding.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+KEYS_PER_PROGRAM = 128
+MERGE_CHUNK = 64  # tiles the merge kernel reads at once
+
+
+@triton.jit
+def _tile_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr,
+                 n_keys, n_tiles, scale,
+                 sq_b, sq_h, sq_q, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sm_b, sm_q, sm_n,
+                 N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, N_QUERIES: tl.constexpr, ROWS: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    tile = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // N_KV_HEADS
+    kv_head = bh % N_KV_HEADS
+    rows = tl.arange(0, ROWS)
+    real = rows < GROUP * N_QUERIES
+    head = kv_head * GROUP + rows // N_QUERIES
+    query = rows % N_QUERIES
+    dims = tl.arange(0, HEAD_DIM)
+    keys = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    in_range = keys < n_keys
+
+    q = tl.load(q_ptr + b * sq_b + head[:, None] * sq_h + query[:, None] * sq_q + dims[None, :] * sq_d,
+                mask=real[:, None], other=0.0)
+    k = tl.load(k_ptr + b * sk_b + kv_head * sk_h + keys[:, None] * sk_n + dims[None, :] * sk_d,
+                mask=in_range[:, None], other=0.0)
+    scores = tl.dot(q, tl.trans(k)) * scale
+    allowed = tl.load(mask_ptr + b * sm_b + query[:, None] * sm_q + keys[None, :] * sm_n,
+                      mask=real[:, None] & in_range[None, :], other=0)
+    scores = tl.where(allowed != 0, scores, float("-inf"))
+    row_max = tl.max(scores, axis=1)
+    safe_max = tl.where(row_max == float("-inf"), 0.0, row_max)  # a fully masked tile contributes nothing
+    p = tl.exp(scores - safe_max[:, None])
+    v = tl.load(v_ptr + b * sv_b + kv_head * sv_h + keys[:, None] * sv_n + dims[None, :] * sv_d,
+                mask=in_range[:, None], other=0.0)
+    acc = tl.dot(p.to(v.dtype), v)
+
+    part = bh * n_tiles + tile
+    tl.store(acc_ptr + (part * ROWS + rows[:, None]) * HEAD_DIM + dims[None, :], acc)
+    tl.store(max_ptr + part * ROWS + rows, row_max)
+    tl.store(sum_ptr + part * ROWS + rows, tl.sum(p, axis=1))
+
+
+@triton.jit
+def _merge_kernel(acc_ptr, max_ptr, sum_ptr, out_ptr, n_tiles,
+                  so_b, so_h, so_q, so_d,
+                  N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, N_QUERIES: tl.constexpr, ROWS: tl.constexpr,
+                  HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr):
+    row = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // N_KV_HEADS
+    kv_head = bh % N_KV_HEADS
+    dims = tl.arange(0, HEAD_DIM)
+    # 0-d loop-carried values, made by reducing (Triton wants their type fixed before the loop).
+    best = tl.max(tl.full((CHUNK,), float("-inf"), tl.float32), axis=0)
+    total = tl.sum(tl.zeros((CHUNK,), tl.float32), axis=0)
+    out = tl.zeros((HEAD_DIM,), tl.float32)
+    for start in range(0, n_tiles, CHUNK):
+        tiles = start + tl.arange(0, CHUNK)
+        present = tiles < n_tiles
+        part = bh * n_tiles + tiles
+        maxes = tl.load(max_ptr + part * ROWS + row, mask=present, other=float("-inf"))
+        new_best = tl.maximum(best, tl.max(maxes, axis=0))
+        safe = tl.where(new_best == float("-inf"), 0.0, new_best)
+        weights = tl.where(maxes == float("-inf"), 0.0, tl.exp(maxes - safe))
+        rescale = tl.where(best == float("-inf"), 0.0, tl.exp(best - safe))
+        sums = tl.load(sum_ptr + part * ROWS + row, mask=present, other=0.0)
+        accs = tl.load(acc_ptr + (part[:, None] * ROWS + row) * HEAD_DIM + dims[None, :],
+                       mask=present[:, None], other=0.0)
+        total = total * rescale + tl.sum(weights * sums, axis=0)
+        out = out * rescale + tl.sum(weights[:, None] * accs, axis=0)
+        best = new_best
+    head = kv_head * GROUP + row // N_QUERIES
+    query = row % N_QUERIES
+    tl.store(out_ptr + b * so_b + head * so_h + query * so_q + dims * so_d, (out / total).to(out_ptr.dtype.element_ty))
+
+
+@triton_op("dice::few_query_attention", mutates_args={})
+def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                        n_kv_heads: int) -> torch.Tensor:
+    """Grouped-query attention: q [B,Hq,Q,D], k/v [B,Hkv,K,D] (any strides, e.g. views of a cache), mask bool
+    [B,1,Q,K] -> [B,Hq,Q,D] in q's dtype. Query head h reads kv head h // (Hq / Hkv)."""
+    b, n_heads, n_queries, head_dim = q.shape
+    n_keys = k.shape[2]
+    group = n_heads // n_kv_heads
+    rows = max(16, triton.next_power_of_2(group * n_queries))
+    n_tiles = (n_keys + KEYS_PER_PROGRAM - 1) // KEYS_PER_PROGRAM
+    parts = b * n_kv_heads * n_tiles
+    acc = torch.empty((parts, rows, head_dim), device=q.device, dtype=torch.float32)
+    maxes = torch.empty((parts, rows), device=q.device, dtype=torch.float32)
+    sums = torch.empty((parts, rows), device=q.device, dtype=torch.float32)
+    out = torch.empty((b, n_heads, n_queries, head_dim), device=q.device, dtype=q.dtype)
+    mask = mask.to(torch.uint8)  # as bytes (a bool view does not lower in Inductor); 8 KB per row at 1k keys
+    wrap_triton(_tile_kernel)[(n_tiles, b * n_kv_heads)](
+        q, k, v, mask, acc, maxes, sums, n_keys, n_tiles, 1.0 / math.sqrt(head_dim),
+        *q.stride(), *k.stride(), *v.stride(), mask.stride(0), mask.stride(2), mask.stride(3),
+        N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim,
+        BLOCK_N=KEYS_PER_PROGRAM,
+    )
+    wrap_triton(_merge_kernel)[(group * n_queries, b * n_kv_heads)](
+        acc, maxes, sums, out, n_tiles, *out.stride(),
+        N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim, CHUNK=MERGE_CHUNK,
+    )
+    return out
