@@ -205,6 +205,57 @@ def test_shipped_sft_configs_parse():
         assert config.train_files and config.output_dir, path
 
 
+FSDP2_ON_CPU = """\
+compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+mixed_precision: 'no'
+num_machines: 1
+num_processes: 2
+machine_rank: 0
+rdzv_backend: static
+same_network: true
+use_cpu: true
+fsdp_config:
+  fsdp_version: 2
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_transformer_layer_cls_to_wrap: DecoderLayer
+  fsdp_reshard_after_forward: true
+  fsdp_offload_params: false
+  fsdp_cpu_ram_efficient_loading: false
+  fsdp_state_dict_type: SHARDED_STATE_DICT
+  fsdp_activation_checkpointing: false
+"""
+
+
+@pytest.mark.slow
+def test_fsdp2_over_two_cpu_processes_matches_one_process(tmp_path, tokenizer_dir, kernels_file):
+    """The shipped FSDP2 setup (per-layer sharding through accelerate, tied embeddings, clipping of sharded
+    gradients), on 2 gloo processes: the same losses and weights as 1 process with the same global batch."""
+    settings = dict(max_steps=4, per_device_batch_size=2, packing=False)
+    single = train_sft(tiny_sft_config(tmp_path / "one", kernels_file, tokenizer_dir, grad_accum=2, **settings))
+    accelerate_config = tmp_path / "fsdp2_cpu.yaml"
+    accelerate_config.write_text(FSDP2_ON_CPU)
+    config_file = tmp_path / "fsdp.toml"
+    fsdp_dir = tmp_path / "two" / "run"
+    config_file.write_text("\n".join([
+        'model = "tiny"', f'tokenizer = "{tokenizer_dir}"', f'train_files = ["{kernels_file}"]', "seq_len = 96",
+        "per_device_batch_size = 2", "grad_accum = 1", "max_steps = 4", "packing = false", "learning_rate = 3e-3",
+        "warmup_steps = 2", 'save_dtype = "float32"', f'output_dir = "{fsdp_dir}"', "progress_bar = false",
+        "tensorboard = false", 'mixed_precision = "no"', "seed = 0", "log_every_steps = 1",
+    ]) + "\n")
+    launched = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config), "-m",
+         "dice_copilot.cli", "train", "sft", str(config_file)],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300,
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    fsdp_losses = [json.loads(line)["loss"] for line in (fsdp_dir / "metrics.jsonl").read_text().splitlines()]
+    assert fsdp_losses == pytest.approx([loss for _, loss in single.losses], rel=1e-4)
+    expected, actual = parameters_of(single.checkpoint_dir), parameters_of(fsdp_dir / "checkpoint")
+    assert expected.keys() == actual.keys()
+    assert all(torch.allclose(expected[n], actual[n], atol=1e-5) for n in expected)
+
+
 @pytest.mark.slow
 def test_two_cpu_processes_match_one_process_with_the_same_global_batch(tmp_path, tokenizer_dir, kernels_file):
     """DDP (torchrun, gloo, 2 CPU processes, no accumulation) vs 1 process with grad_accum 2: same rows, same noise, same
