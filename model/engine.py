@@ -630,9 +630,9 @@ class ContinuousBatcher:
         completed blocks and returns the requests that finished."""
         b, runner, policy = self.buffers, self.engine.runner, self.policy
         b.cache.length = runner.attended_length(self._needed, b.cache.max_length)
-        # Everything the captured pass bakes in as constants is in the key.
+        # Everything the captured pass bakes in as constants is in the key, down to which generator it samples with.
         key = (b.cache.length, b.stop_ids.shape[1], policy.strategy, policy.threshold, policy.temperature,
-               policy.top_k, policy.top_p, self._steps)
+               policy.top_k, policy.top_p, self._steps, self._generator is not None)
         flags = runner.run_pass(b.cache, key, self._pass, b.pass_state(), self._generator).tolist()
         self._needed = flags[-1]
         done, complete = flags[: self.slots], flags[self.slots: 2 * self.slots]

@@ -274,6 +274,10 @@ def test_graph_replayed_passes_decode_exactly_like_eager_passes():
                for seed in (7, 7, 8)]
     first, again, other = ([g.token_ids for g in run] for run in sampled)
     assert first == again and first != other
+    # An unseeded call of the same shape samples with the default generator, and leaves the seeded one intact.
+    graphed.generate(prompts[:2], n=3, max_new_tokens=24, temperature=1.0, stop=[])
+    assert [g.token_ids for g in graphed.generate(prompts[:2], n=3, max_new_tokens=24, temperature=1.0, seed=7,
+                                                  stop=[])] == first
     assert len({tuple(ids) for ids in first}) > 1  # the candidates differ from each other
 
 
