@@ -197,6 +197,15 @@ def test_the_split_glue_starts_with_the_light_prelude_and_binds_as_load_inline_d
     assert glue.endswith("\n".join(c.text for c in cpp[1:]))  # load_inline's declarations and pybind11 bindings
 
 
+def test_declarations_that_include_torch_extension_h_themselves_keep_load_inlines_glue(fake_builder):
+    source = HONEST.replace('cpp_sources="torch::Tensor twice(torch::Tensor x);"',
+                            'cpp_sources="#include <torch/extension.h>\\ntorch::Tensor twice(torch::Tensor x);"')
+    result = fake_builder.build(_spec(source))
+    assert result.ok and result.strategy == "split", result.log
+    assert (Path(result.so_path).parent / "main.cpp").read_text().startswith("#include <torch/extension.h>")
+    assert result.log.count("main.cpp -o main.cpp.o") == 1  # one attempt, no light one first
+
+
 def test_glue_that_needs_torch_extension_h_is_rebuilt_with_it(fake_builder):
     source = HONEST.replace('cpp_sources="torch::Tensor twice(torch::Tensor x);"',
                             'cpp_sources="torch::Tensor twice(torch::Tensor x);\\n'

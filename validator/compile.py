@@ -676,6 +676,9 @@ PCH_EXTRA_HEADERS = ("ATen/cuda/CUDAContext.h", "c10/cuda/CUDAStream.h", "c10/cu
                      *GLUE_HEADERS)
 
 
+_FRONTEND_INCLUDE = re.compile(r"#\s*include\s*[<\"]torch/(extension|torch|all|python)\.h[>\"]")
+
+
 def _glue_variants(cpp_chunks: list[_Chunk]) -> list[list[_Chunk]]:
     """main.cpp texts to try, fastest first: load_inline's main.cpp with torch/types.h and torch's pybind11 headers
     (pybind11 with its STL casters, torch's type casters and wrap_pybind_function: what torch/extension.h gives the
@@ -684,6 +687,8 @@ def _glue_variants(cpp_chunks: list[_Chunk]) -> list[list[_Chunk]]:
     against ~7 s with the light prelude (same bindings, same conversions)."""
     if not cpp_chunks or cpp_chunks[0].text != f"#include <{FULL_TORCH_HEADER}>":
         return [cpp_chunks]
+    if _FRONTEND_INCLUDE.search("\n".join(c.text for c in cpp_chunks[1:])):
+        return [cpp_chunks]  # the sources include the full header themselves: its precompiled form is the fast one
     light = [_Chunk(f"#include <{h}>") for h in (LIGHT_TORCH_HEADER, *GLUE_HEADERS)] + cpp_chunks[1:]
     return [light, cpp_chunks]
 
