@@ -227,57 +227,43 @@ fsdp_config:
 """
 
 
-@pytest.mark.slow
-def test_fsdp2_over_two_cpu_processes_matches_one_process(tmp_path, tokenizer_dir, kernels_file):
-    """The shipped FSDP2 setup (per-layer sharding through accelerate, tied embeddings, clipping of sharded
-    gradients), on 2 gloo processes: the same losses and weights as 1 process with the same global batch."""
+def assert_two_processes_match_one(tmp_path, tokenizer_dir, kernels_file, launcher: list[str]):
+    """Train 4 steps with 2 CPU processes started by `launcher` (no accumulation) and with 1 process (grad_accum 2):
+    same rows, same noise, same loss normalisation, so the same losses and weights up to float summation order."""
     settings = dict(max_steps=4, per_device_batch_size=2, packing=False)
     single = train_sft(tiny_sft_config(tmp_path / "one", kernels_file, tokenizer_dir, grad_accum=2, **settings))
-    accelerate_config = tmp_path / "fsdp2_cpu.yaml"
-    accelerate_config.write_text(FSDP2_ON_CPU)
-    config_file = tmp_path / "fsdp.toml"
-    fsdp_dir = tmp_path / "two" / "run"
+    config_file = tmp_path / "two.toml"
+    two_dir = tmp_path / "two" / "run"
     config_file.write_text("\n".join([
         'model = "tiny"', f'tokenizer = "{tokenizer_dir}"', f'train_files = ["{kernels_file}"]', "seq_len = 96",
         "per_device_batch_size = 2", "grad_accum = 1", "max_steps = 4", "packing = false", "learning_rate = 3e-3",
-        "warmup_steps = 2", 'save_dtype = "float32"', f'output_dir = "{fsdp_dir}"', "progress_bar = false",
+        "warmup_steps = 2", 'save_dtype = "float32"', f'output_dir = "{two_dir}"', "progress_bar = false",
         "tensorboard = false", 'mixed_precision = "no"', "seed = 0", "log_every_steps = 1",
     ]) + "\n")
     launched = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config), "-m",
-         "dice_copilot.cli", "train", "sft", str(config_file)],
+        [sys.executable, "-m", *launcher, "-m", "dice_copilot.cli", "train", "sft", str(config_file)],
         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300,
     )
     assert launched.returncode == 0, launched.stderr[-3000:]
-    fsdp_losses = [json.loads(line)["loss"] for line in (fsdp_dir / "metrics.jsonl").read_text().splitlines()]
-    assert fsdp_losses == pytest.approx([loss for _, loss in single.losses], rel=1e-4)
-    expected, actual = parameters_of(single.checkpoint_dir), parameters_of(fsdp_dir / "checkpoint")
+    losses = [json.loads(line)["loss"] for line in (two_dir / "metrics.jsonl").read_text().splitlines()]
+    assert losses == pytest.approx([loss for _, loss in single.losses], rel=1e-4)
+    expected, actual = parameters_of(single.checkpoint_dir), parameters_of(two_dir / "checkpoint")
     assert expected.keys() == actual.keys()
     assert all(torch.allclose(expected[n], actual[n], atol=1e-5) for n in expected)
 
 
 @pytest.mark.slow
+def test_fsdp2_over_two_cpu_processes_matches_one_process(tmp_path, tokenizer_dir, kernels_file):
+    """The shipped FSDP2 setup (per-layer sharding through accelerate, tied embeddings, clipping of sharded
+    gradients) on 2 gloo processes."""
+    accelerate_config = tmp_path / "fsdp2_cpu.yaml"
+    accelerate_config.write_text(FSDP2_ON_CPU)
+    assert_two_processes_match_one(tmp_path, tokenizer_dir, kernels_file,
+                                   ["accelerate.commands.launch", "--config_file", str(accelerate_config)])
+
+
+@pytest.mark.slow
 def test_two_cpu_processes_match_one_process_with_the_same_global_batch(tmp_path, tokenizer_dir, kernels_file):
-    """DDP (torchrun, gloo, 2 CPU processes, no accumulation) vs 1 process with grad_accum 2: same rows, same noise, same
-    loss normalisation, so the same losses and weights up to float summation order."""
-    settings = dict(max_steps=4, per_device_batch_size=2, packing=False)
-    single = train_sft(tiny_sft_config(tmp_path / "one", kernels_file, tokenizer_dir, grad_accum=2, **settings))
-    config_file = tmp_path / "ddp.toml"
-    ddp_dir = tmp_path / "two" / "run"
-    config_file.write_text("\n".join([
-        'model = "tiny"', f'tokenizer = "{tokenizer_dir}"', f'train_files = ["{kernels_file}"]', "seq_len = 96",
-        "per_device_batch_size = 2", "grad_accum = 1", "max_steps = 4", "packing = false", "learning_rate = 3e-3",
-        "warmup_steps = 2", 'save_dtype = "float32"', f'output_dir = "{ddp_dir}"', "progress_bar = false",
-        "tensorboard = false", 'mixed_precision = "no"', "seed = 0", "log_every_steps = 1",
-    ]) + "\n")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    launched = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "dice_copilot.cli", "train",
-         "sft", str(config_file)],
-        capture_output=True, text=True, env=env, timeout=300,
-    )
-    assert launched.returncode == 0, launched.stderr[-3000:]
-    ddp_losses = [json.loads(line)["loss"] for line in (ddp_dir / "metrics.jsonl").read_text().splitlines()]
-    assert ddp_losses == pytest.approx([loss for _, loss in single.losses], rel=1e-4)
-    expected, actual = parameters_of(single.checkpoint_dir), parameters_of(ddp_dir / "checkpoint")
-    assert all(torch.allclose(expected[n], actual[n], atol=1e-5) for n in expected)
+    """DDP (torchrun, gloo, 2 CPU processes)."""
+    assert_two_processes_match_one(tmp_path, tokenizer_dir, kernels_file,
+                                   ["torch.distributed.run", "--nproc_per_node", "2"])
