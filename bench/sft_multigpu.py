@@ -69,11 +69,12 @@ def fsdp1_variant(work: Path) -> Path:
 
 
 def launch(name: str, accelerate_config: Path, config_file: Path, out_dir: Path, grad_accum: int,
-           timeout: int) -> dict:
+           timeout: int, overrides: tuple[str, ...] = ()) -> dict:
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
         "-m", "dice_copilot.cli", "train", "sft", str(config_file),
         "--set", f"grad_accum={grad_accum}", "--set", f'output_dir="{out_dir}"',
+        *(arg for override in overrides for arg in ("--set", override)),
     ]
     shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run: metrics.jsonl appends, states would resume
     started = time.perf_counter()
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-gpu", type=int, default=4)
     parser.add_argument("--compile", action="store_true", help="flex-attention + torch.compile (default: dense, eager)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="also FSDP2 with the foreach AdamW, and 1 GPU vs FSDP2 in fp32 (where FSDP2 differs)")
     args = parser.parse_args(argv)
 
     import torch
@@ -139,10 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if rows[-1]["status"] != "ok":
         rows.append(launch("FSDP1 2 GPUs", fsdp1_variant(work), config_file, work / "run_fsdp1", 1, args.timeout))
+    references = {id(row): rows[0] for row in rows}
+    verdict_rows = rows[1:]  # DDP and FSDP against 1 GPU; the diagnosis rows only explain a difference
+    if args.diagnose:
+        fsdp2, fp32 = CONFIGS / "fsdp_2gpu.yaml", ('mixed_precision="no"',)
+        rows.append(launch("FSDP2 foreach Adam", fsdp2, config_file, work / "run_fsdp2_foreach", 1, args.timeout,
+                           ("fused_adamw=false",)))
+        references[id(rows[-1])] = rows[0]
+        rows.append(launch("1 GPU fp32", CONFIGS / "single_gpu.yaml", config_file, work / "run_1gpu_fp32", 2,
+                           args.timeout, fp32))
+        rows.append(launch("FSDP2 fp32", fsdp2, config_file, work / "run_fsdp2_fp32", 1, args.timeout, fp32))
+        references[id(rows[-2])] = references[id(rows[-1])] = rows[-2]
 
-    reference = rows[0] if rows[0]["status"] == "ok" else None
     for row in rows:
-        if reference and row["status"] == "ok":
+        reference = references[id(row)]
+        if reference["status"] == "ok" and row["status"] == "ok":
             pairs = list(zip(reference["losses"], row["losses"]))
             row["max_step_loss_diff"] = max(abs(a - b) for a, b in pairs)
             row["final_loss_rel_diff"] = abs(row["final_loss"] - reference["final_loss"]) / reference["final_loss"]
@@ -163,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['setup']:18} {'ok':12} {row['grad_accum']:>5} {row['losses'][0]:10.4f} {row['final_loss']:10.4f} "
               f"{'' if rel is None else f'{100 * rel:.2f}%':>9} {row.get('max_step_loss_diff', 0):13.4f} "
               f"{row['tokens_per_s']:9.0f} {row['wall_s']:7.1f}")
-    same = [r.get("same_loss") for r in rows[1:] if r["status"] == "ok"]
+    same = [r.get("same_loss") for r in verdict_rows if r["status"] == "ok"]
     verdict = "all multi-GPU runs reach the 1-GPU loss" if same and all(same) else "MISMATCH or failed runs"
     print(f"tolerance {100 * TOLERANCE:.0f}% on the final loss: {verdict}")
     report = {"steps": args.steps, "seq_len": args.seq_len, "global_rows": global_rows, "compile": args.compile,

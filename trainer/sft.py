@@ -299,7 +299,7 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
     model.to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-        eps=config.adam_epsilon, weight_decay=config.weight_decay, fused=device.type == "cuda",
+        eps=config.adam_epsilon, weight_decay=config.weight_decay, fused=device.type == "cuda" and config.fused_adamw,
     )
     model, optimizer = accelerator.prepare(model, optimizer)
     scheduler = torch.optim.lr_scheduler.LambdaLR(

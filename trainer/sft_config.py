@@ -87,6 +87,9 @@ class SFTConfig:
     # --- speed -------------------------------------------------------------------------------------------
     # Autocast precision with fp32 master weights; "bf16" falls back to "no" on a CPU-only machine.
     mixed_precision: str = "bf16"
+    # The fused AdamW kernel on CUDA; false: the foreach implementation (bench/sft_multigpu.py --diagnose compares
+    # the two under FSDP2, where the fused one is a suspect of the 2-GPU mismatch in BENCHMARKS.md).
+    fused_adamw: bool = True
     # Recompute each layer's activations in the backward pass (less memory, ~30% more compute).
     gradient_checkpointing: bool = False
     # "flex": flex-attention BlockMask (GPU, compiled); "dense": boolean mask through SDPA; "auto": flex on CUDA
