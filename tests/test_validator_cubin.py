@@ -49,11 +49,14 @@ INFILL = HONEST.replace("2.0f * x[i]", "3.0f * x[i]")
 # exercising the builder's orchestration (units, object cache, module file, link).
 FAKE_COMPILER = textwrap.dedent('''\
     #!{python}
+    import os
     import sys
     args = sys.argv[1:]
     out = args[args.index("-o") + 1]
     source = args[args.index("-o") - 1]
     text = open(source).read() if source.endswith((".cu", ".cpp")) else "linked"
+    if "-fuse-ld=gold" in args and os.environ.get("FAKE_GOLD_BROKEN"):
+        sys.exit("collect2: fatal error: cannot find 'ld'")
     if "torch/csrc/utils/pybind.h" in text and "torch::nn::" in text:  # C++ frontend code without extension.h
         sys.exit(source + ":2:5: error: 'torch::nn' has not been declared")
     open(out, "w").write(" ".join(args) + "\\n" + text)
@@ -214,6 +217,16 @@ def test_glue_that_needs_torch_extension_h_is_rebuilt_with_it(fake_builder):
     assert result.ok and result.strategy == "split", result.log
     assert (Path(result.so_path).parent / "main.cpp").read_text().startswith("#include <torch/extension.h>")
     assert "has not been declared" not in result.log  # the successful build's log, not the first attempt's
+
+
+def test_a_failing_gold_link_is_redone_with_the_default_linker(fake_builder, monkeypatch):
+    from dice_copilot.validator import compile as compile_module
+
+    monkeypatch.setattr(compile_module, "_fast_linker", lambda: ("-fuse-ld=gold",))
+    monkeypatch.setenv("FAKE_GOLD_BROKEN", "1")
+    result = fake_builder.build(_spec(HONEST))
+    assert result.ok, result.log
+    assert "cannot find 'ld'" in result.log and result.log.count("-o dice_") == 2  # gold, then the default
 
 
 def test_an_object_built_before_the_precompiled_header_was_ready_is_reused_after(fake_builder, tmp_path):

@@ -549,11 +549,14 @@ class ExtensionBuilder:
                 ok = rc == 0
                 failed_units += [] if ok else [module_file.name]
         if ok and self.config.link:
-            link = [self.config.cxx, *_fast_linker(), *objects, *flags.ldflags, "-o", so_path.name]
             linking = time.monotonic()
-            rc, out = run_with_deadline(link, deadline, build_dir)
+            for linker in dict.fromkeys((_fast_linker(), ())):  # gold when present; the default if gold fails
+                link = [self.config.cxx, *linker, *objects, *flags.ldflags, "-o", so_path.name]
+                rc, out = run_with_deadline(link, deadline, build_dir)
+                log += f"\n$ {shlex.join(link)}\n{out}"
+                if rc == 0:
+                    break
             unit_seconds["link"] = round(time.monotonic() - linking, 3)
-            log += f"\n$ {shlex.join(link)}\n{out}"
             ok = rc == 0
         diagnostics = map_diagnostics(log, files) if not ok or "warning" in log else []
         return BuildResult(ok, module_name, str(so_path) if ok and self.config.link else None, log, 0.0,
