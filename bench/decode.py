@@ -269,7 +269,8 @@ def main(argv=None) -> int:
               f"{eager_graph_ms / floor_ms:>8.2f}")
         for batch, times in results["attention_us"].items():
             label = f"attention/layer b={batch} 1k ctx (us) fused vs matmuls"
-            print(f"{label:<44}{times['fused']:>12.1f}{times['matmuls']:>12.1f}{times['fused'] / times['matmuls']:>8.2f}")
+            fused, matmuls = times["fused"], times["matmuls"]
+            print(f"{label:<44}{fused:>12.1f}{matmuls:>12.1f}{fused / matmuls:>8.2f}")
         for row in rows:
             for base in ("hf_static_compiled", "hf_generate", "reference_sdar"):
                 if base in row:
