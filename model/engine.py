@@ -175,15 +175,17 @@ def plan_cache(config: DiceConfig, dtype, capacity: int, available: int | None, 
         fitting = max(0, (available - fixed) // per_slot)
         slots = slots or min(fitting, budget.max_slots)
         if not 1 <= slots <= fitting:
-            raise CacheMemoryError(_memory_advice(config, dtype, capacity, available, budget, max(slots, 1),
-                                                  fitting, length_bucket, where))
+            slots = max(slots, 1)
+            raise CacheMemoryError(_memory_advice(config, dtype, capacity, available, budget, slots, fitting,
+                                                  length_bucket, where, needed=fixed + slots * per_slot))
     cache = slots * capacity * KVCache.bytes_per_slot(config, dtype)
     return CachePlan(slots, capacity, cache, fixed + slots * per_slot - cache, available)
 
 
-def _memory_advice(config, dtype, capacity, available, budget, slots, fitting, length_bucket, where) -> str:
-    """The CacheMemoryError message: what was asked, what is available, and the largest batch or length that fits."""
-    fixed, per_slot = decoding_memory(config, dtype, capacity, budget.prefill_tokens, length_bucket)
+def _memory_advice(config, dtype, capacity, available, budget, slots, fitting, length_bucket, where,
+                   needed: int) -> str:
+    """The CacheMemoryError message: what was asked (`needed` bytes), what is available, and the largest batch or
+    length that fits."""
     size = config.block_size
 
     def fits(positions: int) -> bool:  # positions per row, scratch excluded
@@ -196,7 +198,7 @@ def _memory_advice(config, dtype, capacity, available, budget, slots, fitting, l
         middle = (low + high + 1) // 2
         low, high = (middle, high) if fits(middle * size) else (low, middle - 1)
     return (
-        f"{slots} rows of {capacity - 2 * size} positions need {(fixed + slots * per_slot) / GIB:.2f} GiB of {where} "
+        f"{slots} rows of {capacity - 2 * size} positions need {needed / GIB:.2f} GiB of {where} "
         f"memory (KV cache {slots * capacity * KVCache.bytes_per_slot(config, dtype) / GIB:.2f} GiB plus decoding "
         f"workspace), but only {available / GIB:.2f} GiB is available to the engine (free memory less a "
         f"{budget.reserve_fraction:.0%} reserve, capped by CacheBudget.limit_bytes). At this length at most "
@@ -373,12 +375,11 @@ class _PrefillWriter:
     """
 
     def __init__(self, cache: KVCache, rows: torch.Tensor, length: int):
-        self.k, self.v, self.length = cache.k, cache.v, length
+        self.cache, self.length = cache, length
         self._rows = rows[:, None]
 
     def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
-        self.k[layer][self._rows, :, positions] = k.transpose(1, 2)
-        self.v[layer][self._rows, :, positions] = v.transpose(1, 2)
+        self.cache.write(layer, self._rows, positions, k, v)
         return k, v
 
 

@@ -91,12 +91,15 @@ class KVCache:
         element = torch.empty((), dtype=dtype).element_size()
         return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * element
 
+    def write(self, layer: int, rows: torch.Tensor, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        """Writes k, v [R, H_kv, Q, D] at [rows[r], :, positions[r, q]] (rows: [R, 1] cache rows)."""
+        self.k[layer][rows, :, positions] = k.transpose(1, 2)
+        self.v[layer][rows, :, positions] = v.transpose(1, 2)
+
     def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
         """Writes k, v [B, H_kv, Q, D] at [b, :, positions[b, q]]; returns the first `length` slots."""
-        k_cache, v_cache = self.k[layer], self.v[layer]
-        k_cache[self._rows, :, positions] = k.transpose(1, 2)
-        v_cache[self._rows, :, positions] = v.transpose(1, 2)
-        return k_cache[:, :, :length], v_cache[:, :, :length]
+        self.write(layer, self._rows, positions, k, v)
+        return self.k[layer][:, :, :length], self.v[layer][:, :, :length]
 
 
 # Up to this many query tokens per row (a denoising pass: 2 blocks) attention runs as two small batched matmuls

@@ -4,7 +4,7 @@ load_inline-compatible path, hard timeouts that kill the whole compiler process 
 back to candidate-file lines.
 
 In the fast mode every build gets its own module name (`dice_<build key>`) while the pybind glue is compiled under
-a name that follows the glue text only (`dice_glue_<hash>`), so the glue's object file is shared by every
+a name that follows the glue text only (`dice_<glue hash>`), so the glue's object file is shared by every
 kernel-body infill; a generated one-line `PyInit_<unique>` forwards to the glue's init function. A warm worker can
 therefore import any number of infills of one problem without a name clash."""
 
