@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true", help="flex-attention + torch.compile (default: dense, eager)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
     parser.add_argument("--diagnose", action="store_true",
-                        help="also FSDP2 with the foreach AdamW, and 1 GPU vs FSDP2 in fp32 (where FSDP2 differs)")
+                        help="also FSDP2 gathering weights / reducing gradients in bf16, with the foreach AdamW, "
+                             "and 1 GPU vs FSDP2 in fp32 (where FSDP2 differs)")
     args = parser.parse_args(argv)
 
     import torch
@@ -146,9 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     verdict_rows = rows[1:]  # DDP and FSDP against 1 GPU; the diagnosis rows only explain a difference
     if args.diagnose:
         fsdp2, fp32 = CONFIGS / "fsdp_2gpu.yaml", ('mixed_precision="no"',)
-        rows.append(launch("FSDP2 foreach Adam", fsdp2, config_file, work / "run_fsdp2_foreach", 1, args.timeout,
-                           ("fused_adamw=false",)))
-        references[id(rows[-1])] = rows[0]
+        for name, folder, overrides in [
+            ("FSDP2 bf16 gather", "run_fsdp2_bf16_gather", ("fsdp_gather_in_mixed_precision=true",)),
+            ("FSDP2 bf16 both", "run_fsdp2_bf16_both",  # accelerate's own policy
+             ("fsdp_gather_in_mixed_precision=true", "fsdp_reduce_in_mixed_precision=true")),
+            ("FSDP2 foreach Adam", "run_fsdp2_foreach", ("fused_adamw=false",)),
+        ]:
+            rows.append(launch(name, fsdp2, config_file, work / folder, 1, args.timeout, overrides))
+            references[id(rows[-1])] = rows[0]
         rows.append(launch("1 GPU fp32", CONFIGS / "single_gpu.yaml", config_file, work / "run_1gpu_fp32", 2,
                            args.timeout, fp32))
         rows.append(launch("FSDP2 fp32", fsdp2, config_file, work / "run_fsdp2_fp32", 1, args.timeout, fp32))

@@ -267,3 +267,17 @@ def test_two_cpu_processes_match_one_process_with_the_same_global_batch(tmp_path
     """DDP (torchrun, gloo, 2 CPU processes)."""
     assert_two_processes_match_one(tmp_path, tokenizer_dir, kernels_file,
                                    ["torch.distributed.run", "--nproc_per_node", "2"])
+
+
+def test_fsdp_precision_policy_keeps_one_gpu_numerics_unless_asked():
+    """FSDP gathers weights and reduces gradients in fp32 by default (autocast does the bf16 casts, as on one GPU);
+    each knob moves one of the two to the mixed dtype, for FSDP2 and FSDP1."""
+    from dice_copilot.trainer.sft_config import SFTConfig
+
+    default = sft.fsdp_mixed_precision_policy(SFTConfig(mixed_precision="bf16"), 2)
+    assert (default.param_dtype, default.reduce_dtype) == (torch.float32, torch.float32)
+    gather = sft.fsdp_mixed_precision_policy(SFTConfig(fsdp_gather_in_mixed_precision=True), 2)
+    assert (gather.param_dtype, gather.reduce_dtype) == (torch.bfloat16, torch.float32)
+    both = sft.fsdp_mixed_precision_policy(
+        SFTConfig(mixed_precision="fp16", fsdp_gather_in_mixed_precision=True, fsdp_reduce_in_mixed_precision=True), 1)
+    assert (both.param_dtype, both.reduce_dtype, both.buffer_dtype) == (torch.float16, torch.float16, torch.float32)

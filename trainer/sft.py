@@ -237,9 +237,28 @@ def _make_accelerator(config: SFTConfig):
 
     # Without CUDA, processes started by torchrun/accelerate form a gloo (CPU) group: how the tests exercise DDP.
     on_cpu = not torch.cuda.is_available()
-    return Accelerator(
+    accelerator = Accelerator(
         mixed_precision="no" if on_cpu else config.mixed_precision, project_dir=config.output_dir, cpu=on_cpu
     )
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is not None and accelerator.mixed_precision != "no":
+        plugin.mixed_precision_policy = fsdp_mixed_precision_policy(config, plugin.fsdp_version)
+    return accelerator
+
+
+def fsdp_mixed_precision_policy(config: SFTConfig, fsdp_version: int):
+    """The FSDP precision policy the config asks for (see `fsdp_gather_in_mixed_precision` in SFTConfig); fp32
+    unless a knob names the mixed dtype, with autocast (applied by accelerate) casting for the matmuls."""
+    mixed = {"bf16": torch.bfloat16, "fp16": torch.float16}[config.mixed_precision]
+    gather = mixed if config.fsdp_gather_in_mixed_precision else torch.float32
+    reduce = mixed if config.fsdp_reduce_in_mixed_precision else torch.float32
+    if fsdp_version == 1:
+        from torch.distributed.fsdp import MixedPrecision
+
+        return MixedPrecision(param_dtype=gather, reduce_dtype=reduce, buffer_dtype=torch.float32)
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=gather, reduce_dtype=reduce, output_dtype=gather)
 
 
 def _attention_backend(config: SFTConfig, device: torch.device) -> str:
