@@ -7,6 +7,7 @@ and writes JSON to --out. See BENCHMARKS.md for recorded results.
 """
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -17,7 +18,13 @@ import torch
 from dice_copilot.model.config import DiceConfig
 from dice_copilot.model.engine import BlockDiffusionEngine
 from dice_copilot.model.masks import block_causal_mask
-from dice_copilot.model.network import DiceForBlockDiffusion, KVCache, few_query_attention, small_query_attention
+from dice_copilot.model.network import (DiceForBlockDiffusion, KVCache, few_query_attention,
+                                        fused_few_query_attention, small_query_attention)
+
+try:
+    from dice_copilot.model.attention_kernels import TILE_SIZES
+except ImportError:  # no Triton: the fused kernel is not used
+    TILE_SIZES = ()
 
 
 class _NoTokenizer:
@@ -82,9 +89,9 @@ def forward_latency_ms(engine: BlockDiffusionEngine, context: int) -> float:
 
 
 def attention_us(config: DiceConfig, batch: int, context: int, device) -> dict:
-    """One layer's few-query attention (2 blocks of queries over `context` cached keys), fused kernel vs two
-    matmuls + softmax: µs per call, each timed as a CUDA graph of 28 calls (a model's layers) so launches overlap
-    as in a denoising pass."""
+    """One layer's few-query attention (2 blocks of queries over `context` cached keys), fused kernel (with the
+    tile size it picks, and with each tile size) vs two matmuls + softmax: µs per call, each timed as a CUDA graph
+    of 28 calls (a model's layers) so launches overlap as in a denoising pass."""
     size, d = config.block_size, config.head_dim
     q = torch.randn(batch, 2 * size, config.num_attention_heads, d, device=device, dtype=torch.bfloat16).transpose(1, 2)
     cache = torch.randn(2, batch, config.num_key_value_heads, context + 4 * size, d, device=device,
@@ -93,7 +100,11 @@ def attention_us(config: DiceConfig, batch: int, context: int, device) -> dict:
     positions = (torch.arange(-size, size, device=device) + context)[None].expand(batch, -1)
     mask = block_causal_mask(positions, torch.arange(context + size, device=device), size)
     out = {}
-    for name, fn in (("fused", few_query_attention), ("matmuls", small_query_attention)):
+    variants = [("fused", few_query_attention), ("matmuls", small_query_attention)]
+    if fused_few_query_attention is not None:
+        variants += [(f"fused_tile{size}", functools.partial(fused_few_query_attention, tile_keys=size))
+                     for size in TILE_SIZES]
+    for name, fn in variants:
         for _ in range(2):
             fn(q, k, v, mask, config.num_key_value_heads)
         graph = torch.cuda.CUDAGraph()

@@ -1,12 +1,13 @@
 """Same global batch on 1 GPU and on 2 GPUs (DDP, FSDP2): do the SFT runs reach the same loss?
 
 Trains the "small" preset (from scratch, on a synthetic corpus of elementwise CUDA kernels generated here, with a
-tokenizer trained here) three times through `accelerate launch ... -m dice_copilot.cli train sft`:
-  1 GPU   grad_accum 2 x 4 rows      (trainer/accelerate_configs/single_gpu.yaml)
+tokenizer trained here) through `accelerate launch ... -m dice_copilot.cli train sft`, in fp32 and in bf16:
+  1 GPU   grad_accum 2 x 4 rows      (trainer/accelerate_configs/single_gpu.yaml; 3 times in bf16)
   DDP     2 GPUs x 4 rows            (trainer/accelerate_configs/ddp_2gpu.yaml)
   FSDP2   2 GPUs x 4 rows            (trainer/accelerate_configs/fsdp_2gpu.yaml; FSDP1 is tried if FSDP2 fails)
-Rows and noise depend only on the seed and the step, so the three runs see identical batches and masks; losses
-should agree up to bf16 reduction order. Prints a table and writes --out. Needs 2 GPUs (~3 minutes):
+Rows and noise depend only on the seed and the step, so every run sees identical batches and masks. In fp32 the
+losses must agree up to reduction order; in bf16 repeated 1-GPU runs already end apart, so the 2-GPU runs must land
+inside their range. Prints a table and writes --out. Needs 2 GPUs (~4 minutes):
     python bench/sft_multigpu.py --out $OUT/sft_multigpu.json
 """
 
@@ -24,8 +25,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "trainer" / "accelerate_configs"
-# Final losses (mean of the last 10 steps) within this relative distance of the 1-GPU run count as "same loss".
+# "Same loss" compares final losses (mean of the last 10 steps). fp32: within this relative distance of 1 GPU.
+FP32_TOLERANCE = 0.005
+# bf16: inside the range of BF16_REPEATS identical 1-GPU runs, widened by this relative margin.
 TOLERANCE = 0.02
+BF16_REPEATS = 3
 
 UNARY = {
     "relu": "fmaxf({x}, 0.0f)", "square": "{x} * {x}", "negate": "-{x}", "exp": "expf({x})", "abs": "fabsf({x})",
@@ -136,58 +140,67 @@ def main(argv: list[str] | None = None) -> int:
         f"compile = {str(args.compile).lower()}", f'attention_backend = "{"flex" if args.compile else "dense"}"',
     ]) + "\n")
 
-    rows = [
-        launch("1 GPU (accum 2)", CONFIGS / "single_gpu.yaml", config_file, work / "run_1gpu", 2, args.timeout),
-        launch("DDP 2 GPUs", CONFIGS / "ddp_2gpu.yaml", config_file, work / "run_ddp", 1, args.timeout),
-        launch("FSDP2 2 GPUs", CONFIGS / "fsdp_2gpu.yaml", config_file, work / "run_fsdp2", 1, args.timeout),
-    ]
-    if rows[-1]["status"] != "ok":
-        rows.append(launch("FSDP1 2 GPUs", fsdp1_variant(work), config_file, work / "run_fsdp1", 1, args.timeout))
-    references = {id(row): rows[0] for row in rows}
-    verdict_rows = rows[1:]  # DDP and FSDP against 1 GPU; the diagnosis rows only explain a difference
-    if args.diagnose:
-        fsdp2, fp32 = CONFIGS / "fsdp_2gpu.yaml", ('mixed_precision="no"',)
-        for name, folder, overrides in [
-            ("FSDP2 bf16 gather", "run_fsdp2_bf16_gather", ("fsdp_gather_in_mixed_precision=true",)),
-            ("FSDP2 bf16 both", "run_fsdp2_bf16_both",  # accelerate's own policy
-             ("fsdp_gather_in_mixed_precision=true", "fsdp_reduce_in_mixed_precision=true")),
-            ("FSDP2 foreach Adam", "run_fsdp2_foreach", ("fused_adamw=false",)),
-        ]:
-            rows.append(launch(name, fsdp2, config_file, work / folder, 1, args.timeout, overrides))
-            references[id(rows[-1])] = rows[0]
-        rows.append(launch("1 GPU fp32", CONFIGS / "single_gpu.yaml", config_file, work / "run_1gpu_fp32", 2,
-                           args.timeout, fp32))
-        rows.append(launch("FSDP2 fp32", fsdp2, config_file, work / "run_fsdp2_fp32", 1, args.timeout, fp32))
-        references[id(rows[-2])] = references[id(rows[-1])] = rows[-2]
+    single, ddp, fsdp2 = CONFIGS / "single_gpu.yaml", CONFIGS / "ddp_2gpu.yaml", CONFIGS / "fsdp_2gpu.yaml"
 
-    for row in rows:
-        reference = references[id(row)]
+    def run(name, accelerate_config, grad_accum, *overrides):
+        folder = work / ("run_" + "".join(c if c.isalnum() else "_" for c in name.lower()))
+        return launch(name, accelerate_config, config_file, folder, grad_accum, args.timeout, overrides)
+
+    fp32 = 'mixed_precision="no"'
+    # fp32: the same arithmetic on 1 and 2 GPUs up to reduction order, so the losses must agree closely.
+    fp32_rows = [run("1 GPU fp32", single, 2, fp32), run("DDP fp32", ddp, 1, fp32), run("FSDP2 fp32", fsdp2, 1, fp32)]
+    # bf16: rounding differences (reduction order, kernels that are not bitwise deterministic) grow over 40 steps
+    # at lr 1e-3, so the 2-GPU runs are judged against the spread of repeated identical 1-GPU runs.
+    bf16_reference = [run(f"1 GPU bf16 #{i + 1}", single, 2) for i in range(BF16_REPEATS)]
+    bf16_rows = [run("DDP bf16", ddp, 1), run("FSDP2 bf16", fsdp2, 1)]
+    if fp32_rows[-1]["status"] != "ok" or bf16_rows[-1]["status"] != "ok":
+        fsdp1 = fsdp1_variant(work)
+        fp32_rows.append(run("FSDP1 fp32", fsdp1, 1, fp32))
+        bf16_rows.append(run("FSDP1 bf16", fsdp1, 1))
+    if args.diagnose:
+        bf16_rows += [run("FSDP2 bf16 gather", fsdp2, 1, "fsdp_gather_in_mixed_precision=true"),
+                      run("FSDP2 bf16 both", fsdp2, 1,  # accelerate's own policy
+                          "fsdp_gather_in_mixed_precision=true", "fsdp_reduce_in_mixed_precision=true")]
+
+    for row in fp32_rows[1:] + bf16_reference[1:] + bf16_rows:
+        reference = fp32_rows[0] if row in fp32_rows else bf16_reference[0]
         if reference["status"] == "ok" and row["status"] == "ok":
             pairs = list(zip(reference["losses"], row["losses"]))
             row["max_step_loss_diff"] = max(abs(a - b) for a, b in pairs)
             row["final_loss_rel_diff"] = abs(row["final_loss"] - reference["final_loss"]) / reference["final_loss"]
-            row["same_loss"] = row["final_loss_rel_diff"] <= TOLERANCE
+    for row in fp32_rows[1:]:
+        row["same_loss"] = row.get("final_loss_rel_diff", 1.0) <= FP32_TOLERANCE
+    finals = [r["final_loss"] for r in bf16_reference if r["status"] == "ok"]
+    band = (min(finals) * (1 - TOLERANCE), max(finals) * (1 + TOLERANCE)) if finals else (0.0, 0.0)
+    for row in bf16_rows:
+        row["same_loss"] = row["status"] == "ok" and band[0] <= row["final_loss"] <= band[1]
 
     global_rows = 2 * args.rows_per_gpu
     print(f"\nsmall preset, {args.steps} steps, global batch {global_rows} rows x {args.seq_len} tokens, "
-          f"{'flex+compile' if args.compile else 'dense eager'}")
+          f"{'flex+compile' if args.compile else 'dense eager'}; loss differences against the first 1-GPU run "
+          f"of the same precision")
     header = f"{'setup':18} {'status':12} {'accum':>5} {'first loss':>10} {'final loss':>10} {'rel diff':>9} " \
-             f"{'max step diff':>13} {'tok/s':>9} {'wall s':>7}"
+             f"{'max step diff':>13} {'tok/s':>9} {'wall s':>7}  same"
     print(header)
     print("-" * len(header))
-    for row in rows:
+    for row in fp32_rows + bf16_reference + bf16_rows:
         if row["status"] != "ok":
             print(f"{row['setup']:18} {row['status']:12} {row['grad_accum']:>5}   (log: {work}/*.log)")
             continue
         rel = row.get("final_loss_rel_diff")
+        same = {True: "yes", False: "NO"}.get(row.get("same_loss"), "")
         print(f"{row['setup']:18} {'ok':12} {row['grad_accum']:>5} {row['losses'][0]:10.4f} {row['final_loss']:10.4f} "
               f"{'' if rel is None else f'{100 * rel:.2f}%':>9} {row.get('max_step_loss_diff', 0):13.4f} "
-              f"{row['tokens_per_s']:9.0f} {row['wall_s']:7.1f}")
-    same = [r.get("same_loss") for r in verdict_rows if r["status"] == "ok"]
-    verdict = "all multi-GPU runs reach the 1-GPU loss" if same and all(same) else "MISMATCH or failed runs"
-    print(f"tolerance {100 * TOLERANCE:.0f}% on the final loss: {verdict}")
+              f"{row['tokens_per_s']:9.0f} {row['wall_s']:7.1f}  {same}")
+    # DDP and FSDP2 in both precisions decide; FSDP1 (a fallback) and the diagnosis rows only inform.
+    verdict_rows = fp32_rows[1:3] + bf16_rows[:2]
+    verdict = "all multi-GPU runs reach the 1-GPU loss" if all(r.get("same_loss") for r in verdict_rows) \
+        else "MISMATCH or failed runs"
+    print(f"fp32: final loss within {100 * FP32_TOLERANCE:.1f}% of 1 GPU; bf16: within the 1-GPU runs' range "
+          f"{band[0]:.4f}-{band[1]:.4f} (their spread widened by {100 * TOLERANCE:.0f}%): {verdict}")
     report = {"steps": args.steps, "seq_len": args.seq_len, "global_rows": global_rows, "compile": args.compile,
-              "tolerance": TOLERANCE, "rows": rows, "device": torch.cuda.get_device_name(0)}
+              "fp32_tolerance": FP32_TOLERANCE, "bf16_band": band,
+              "rows": fp32_rows + bf16_reference + bf16_rows, "device": torch.cuda.get_device_name(0)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     return 0

@@ -3,9 +3,10 @@
 A denoising pass has 8 queries per row (two blocks) against up to thousands of cached keys. As two batched matmuls
 with a separate softmax this took ~21 us per layer on an H200 (the scores matmul alone picked a 12.5 us cuBLAS
 kernel) for ~2 MB of keys and values: a latency problem, not a bandwidth one. Here every program takes one tile of
-`KEYS_PER_PROGRAM` keys for one KV head and all the query rows that read it (its query heads × queries, padded to
-16 rows for the tensor cores), so the keys are spread over the whole GPU; a second kernel merges the tiles'
-partial softmax sums. The mask is read as given (any boolean [B, 1, Q, K] mask), so the result is the same
+keys for one KV head and all the query rows that read it (its query heads × queries, padded to 16 rows for the
+tensor cores), so the keys are spread over the whole GPU; a second kernel merges the tiles' partial softmax sums.
+The tile shrinks until there are enough programs to fill the GPU (`keys_per_program`): with 128-key tiles a
+batch-1 pass over 1k keys had 72 programs and took ~14 us per layer on the H200. The mask is read as given (any boolean [B, 1, Q, K] mask), so the result is the same
 function as `network.small_query_attention`, up to rounding.
 """
 
@@ -16,8 +17,18 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-KEYS_PER_PROGRAM = 128
+TILE_SIZES = (128, 64, 32, 16)  # keys per program, largest first (tl.dot needs at least 16)
+# Programs wanted per launch: a few per SM of an H200 (132 SMs), so loads of different tiles overlap.
+TARGET_PROGRAMS = 512
 MERGE_CHUNK = 64  # tiles the merge kernel reads at once
+
+
+def keys_per_program(n_keys: int, n_heads_total: int) -> int:
+    """The largest tile that still gives TARGET_PROGRAMS programs over `n_heads_total` (batch x KV heads)."""
+    for size in TILE_SIZES:
+        if n_heads_total * -(-n_keys // size) >= TARGET_PROGRAMS:
+            return size
+    return TILE_SIZES[-1]
 
 
 @triton.jit
@@ -42,6 +53,9 @@ def _tile_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr,
                 mask=real[:, None], other=0.0)
     k = tl.load(k_ptr + b * sk_b + kv_head * sk_h + keys[:, None] * sk_n + dims[None, :] * sk_d,
                 mask=in_range[:, None], other=0.0)
+    # Issued before the softmax needs it, so the K and V loads are in flight together.
+    v = tl.load(v_ptr + b * sv_b + kv_head * sv_h + keys[:, None] * sv_n + dims[None, :] * sv_d,
+                mask=in_range[:, None], other=0.0)
     scores = tl.dot(q, tl.trans(k)) * scale
     allowed = tl.load(mask_ptr + b * sm_b + query[:, None] * sm_q + keys[None, :] * sm_n,
                       mask=real[:, None] & in_range[None, :], other=0)
@@ -49,8 +63,6 @@ def _tile_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr,
     row_max = tl.max(scores, axis=1)
     safe_max = tl.where(row_max == float("-inf"), 0.0, row_max)  # a fully masked tile contributes nothing
     p = tl.exp(scores - safe_max[:, None])
-    v = tl.load(v_ptr + b * sv_b + kv_head * sv_h + keys[:, None] * sv_n + dims[None, :] * sv_d,
-                mask=in_range[:, None], other=0.0)
     acc = tl.dot(p.to(v.dtype), v)
 
     part = bh * n_tiles + tile
@@ -95,14 +107,16 @@ def _merge_kernel(acc_ptr, max_ptr, sum_ptr, out_ptr, n_tiles,
 
 @triton_op("dice::few_query_attention", mutates_args={})
 def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                        n_kv_heads: int) -> torch.Tensor:
+                        n_kv_heads: int, tile_keys: int = 0) -> torch.Tensor:
     """Grouped-query attention: q [B,Hq,Q,D], k/v [B,Hkv,K,D] (any strides, e.g. views of a cache), mask bool
-    [B,1,Q,K] -> [B,Hq,Q,D] in q's dtype. Query head h reads kv head h // (Hq / Hkv)."""
+    [B,1,Q,K] -> [B,Hq,Q,D] in q's dtype. Query head h reads kv head h // (Hq / Hkv). tile_keys: keys per
+    program, one of TILE_SIZES (0: `keys_per_program` picks; benchmarks sweep it)."""
     b, n_heads, n_queries, head_dim = q.shape
     n_keys = k.shape[2]
     group = n_heads // n_kv_heads
     rows = max(16, triton.next_power_of_2(group * n_queries))
-    n_tiles = (n_keys + KEYS_PER_PROGRAM - 1) // KEYS_PER_PROGRAM
+    tile_keys = tile_keys or keys_per_program(n_keys, b * n_kv_heads)
+    n_tiles = (n_keys + tile_keys - 1) // tile_keys
     parts = b * n_kv_heads * n_tiles
     acc = torch.empty((parts, rows, head_dim), device=q.device, dtype=torch.float32)
     maxes = torch.empty((parts, rows), device=q.device, dtype=torch.float32)
@@ -113,7 +127,7 @@ def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
         q, k, v, mask, acc, maxes, sums, n_keys, n_tiles, 1.0 / math.sqrt(head_dim),
         *q.stride(), *k.stride(), *v.stride(), mask.stride(0), mask.stride(2), mask.stride(3),
         N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim,
-        BLOCK_N=KEYS_PER_PROGRAM,
+        BLOCK_N=tile_keys,
     )
     wrap_triton(_merge_kernel)[(group * n_queries, b * n_kv_heads)](
         acc, maxes, sums, out, n_tiles, *out.stride(),

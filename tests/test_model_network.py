@@ -123,6 +123,11 @@ def test_the_fused_few_query_attention_kernel_matches_the_matmul_path(batch, hea
     got = network.few_query_attention(q, k, v, mask, kv_heads)
     assert got.dtype == torch.bfloat16 and got.shape == want.shape
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    from dice_copilot.model import attention_kernels
+
+    for tile_keys in attention_kernels.TILE_SIZES:  # every tile the size heuristic can pick
+        got = network.fused_few_query_attention(q, k, v, mask, kv_heads, tile_keys)
+        torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.gpu

@@ -361,7 +361,9 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
                 batch, noised = batch.to(device), noised.to(device)
                 attn_mask = build_mask(batch, model_config.block_size)
                 last_micro = micro == config.grad_accum - 1
-                with contextlib.nullcontext() if last_micro else accelerator.no_sync(model):
+                # accelerate autocasts the prepared model's forward, except under FSDP2, where it leaves the
+                # casts to the FSDP precision policy (ours gathers fp32 weights): autocast here for every setup.
+                with contextlib.nullcontext() if last_micro else accelerator.no_sync(model), accelerator.autocast():
                     micro_loss_sum, masked = diffusion_loss_sum(model, batch, noised, attn_mask)
                     accelerator.backward(micro_loss_sum * (world / answer_tokens))
                 loss_sum += micro_loss_sum.detach().double()

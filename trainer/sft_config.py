@@ -87,14 +87,13 @@ class SFTConfig:
     # --- speed -------------------------------------------------------------------------------------------
     # Autocast precision with fp32 master weights; "bf16" falls back to "no" on a CPU-only machine.
     mixed_precision: str = "bf16"
-    # The fused AdamW kernel on CUDA; false: the foreach implementation (bench/sft_multigpu.py --diagnose compares
-    # the two under FSDP2, where the fused one is a suspect of the 2-GPU mismatch in BENCHMARKS.md).
+    # The fused AdamW kernel on CUDA; false: the foreach implementation.
     fused_adamw: bool = True
     # FSDP with mixed precision only. accelerate's own policy gathers the sharded fp32 weights in bf16 (so the
-    # residual stream, norms and logits run in bf16) and reduces gradients in bf16; on 2 H200s that run ended 8%
-    # away from one GPU with the same batches (BENCHMARKS.md). By default the weights are gathered in fp32 and
-    # autocast casts for the matmuls, and gradients are reduced in fp32: the numerics of one GPU and DDP.
-    # Gathering in the mixed dtype halves the all-gather bytes; reducing in it halves the reduce-scatter bytes.
+    # residual stream, norms and logits run in bf16) and reduces gradients in bf16. By default the weights are
+    # gathered in fp32 and autocast casts for the matmuls, and gradients are reduced in fp32: the numerics of one
+    # GPU and DDP. Gathering in the mixed dtype halves the all-gather bytes; reducing in it halves the
+    # reduce-scatter bytes.
     fsdp_gather_in_mixed_precision: bool = False
     fsdp_reduce_in_mixed_precision: bool = False
     # Recompute each layer's activations in the backward pass (less memory, ~30% more compute).
