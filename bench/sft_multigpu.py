@@ -6,8 +6,9 @@ tokenizer trained here) through `accelerate launch ... -m dice_copilot.cli train
   DDP     2 GPUs x 4 rows            (trainer/accelerate_configs/ddp_2gpu.yaml)
   FSDP2   2 GPUs x 4 rows            (trainer/accelerate_configs/fsdp_2gpu.yaml; FSDP1 is tried if FSDP2 fails)
 Rows and noise depend only on the seed and the step, so every run sees identical batches and masks. In fp32 the
-losses must agree up to reduction order; in bf16, 1-GPU runs that only split the batch differently already end
-apart, so the 2-GPU runs must land inside their range. Prints a table and writes --out. Needs 2 GPUs (~4 minutes):
+losses must agree up to reduction order (the verdict); in bf16, 1-GPU runs that only split the batch differently
+already end apart, so the 2-GPU runs are shown against their range. Prints a table and writes --out. Needs 2 GPUs
+(~4 minutes):
     python bench/sft_multigpu.py --out $OUT/sft_multigpu.json
 """
 
@@ -25,7 +26,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "trainer" / "accelerate_configs"
-# "Same loss" compares final losses (mean of the last 10 steps). fp32: within this relative distance of 1 GPU.
+# "Same loss" compares final losses (mean of the last 10 steps). fp32 (the verdict): within this relative distance
+# of 1 GPU.
 FP32_TOLERANCE = 0.005
 # bf16: inside the range of the 1-GPU runs (see main), widened by this relative margin.
 TOLERANCE = 0.02
@@ -197,12 +199,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['setup']:18} {'ok':12} {row['grad_accum']:>5} {row['losses'][0]:10.4f} {row['final_loss']:10.4f} "
               f"{'' if rel is None else f'{100 * rel:.2f}%':>9} {row.get('max_step_loss_diff', 0):13.4f} "
               f"{row['tokens_per_s']:9.0f} {row['wall_s']:7.1f}  {same}")
-    # DDP and FSDP2 in both precisions decide; FSDP1 (a fallback) and the diagnosis rows only inform.
-    verdict_rows = fp32_rows[1:3] + bf16_rows[:2]
-    verdict = "all multi-GPU runs reach the 1-GPU loss" if all(r.get("same_loss") for r in verdict_rows) \
-        else "MISMATCH or failed runs"
-    print(f"fp32: final loss within {100 * FP32_TOLERANCE:.1f}% of 1 GPU; bf16: within the 1-GPU runs' range "
-          f"{band[0]:.4f}-{band[1]:.4f} (their spread widened by {100 * TOLERANCE:.0f}%): {verdict}")
+    # The verdict is fp32's: there the runs must match. bf16 runs drift apart with any change of rounding (on 2
+    # H200s one GPU against itself with another micro-batch split ended 4.6% apart, BENCHMARKS.md), so their
+    # range check only informs.
+    verdict_rows = fp32_rows[1:3]
+    if not verdict_rows:
+        verdict = "no verdict (fp32 runs skipped)"
+    elif all(r.get("same_loss") for r in verdict_rows):
+        verdict = "DDP and FSDP2 reach the 1-GPU loss"
+    else:
+        verdict = "MISMATCH or failed runs"
+    print(f"fp32 (the verdict): final loss within {100 * FP32_TOLERANCE:.1f}% of 1 GPU: {verdict}")
+    print(f"bf16 (informative): inside the 1-GPU runs' range {band[0]:.4f}-{band[1]:.4f} (widened by "
+          f"{100 * TOLERANCE:.0f}%)? see the last column")
     report = {"steps": args.steps, "seq_len": args.seq_len, "global_rows": global_rows, "compile": args.compile,
               "fp32_tolerance": FP32_TOLERANCE, "bf16_band": band,
               "rows": fp32_rows + bf16_reference + bf16_rows, "device": torch.cuda.get_device_name(0)}
