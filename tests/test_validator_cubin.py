@@ -13,7 +13,9 @@ import pytest
 
 from dice_copilot.validator import Candidate
 from dice_copilot.validator.compile import (PCH_HEADER, CompileConfig, ExtensionBuilder, _Chunk, _cubin_nvcc_flags,
-                                             _leading_pch_headers, _pch_base, load_inline_sources)
+                                             _leading_pch_headers, _pch_base, load_inline_sources,
+                                             signature_bindings)
+from dice_copilot.validator.problem import ExtensionSpec
 from dice_copilot.validator.kernel_split import SplitError, split_host_device
 
 HONEST = textwrap.dedent('''
@@ -44,6 +46,8 @@ HONEST = textwrap.dedent('''
 ''')
 
 INFILL = HONEST.replace("2.0f * x[i]", "3.0f * x[i]")
+# Another candidate with functions of the same types under other names: it shares the signature glue.
+RENAMED = HONEST.replace("twice", "double_it").replace("fill_kernel", "zero_kernel")
 
 # Tiny stand-ins for nvcc and c++: they copy the unit's text to the output, so builds run in milliseconds while
 # exercising the builder's orchestration (units, object cache, module file, link).
@@ -190,19 +194,74 @@ def test_the_host_unit_starts_with_load_inlines_cuda_prelude(fake_builder):
     assert _pch_base(host) == "torch/types.h"
 
 
+# A declaration type the signature glue does not spell: these builds keep load_inline's glue.
+OPTIONAL_ARG = HONEST.replace('cpp_sources="torch::Tensor twice(torch::Tensor x);"',
+                              'cpp_sources="torch::Tensor twice(torch::Tensor x, c10::optional<double> s);"').replace(
+    "torch::Tensor twice(torch::Tensor x) {", "torch::Tensor twice(torch::Tensor x, c10::optional<double> s) {")
+
+
 def test_the_split_glue_starts_with_the_light_prelude_and_binds_as_load_inline_does(fake_builder):
-    result = fake_builder.build(_spec(HONEST))
+    result = fake_builder.build(_spec(OPTIONAL_ARG))
     assert result.ok and result.strategy == "split", result.log
     glue = (Path(result.so_path).parent / "main.cpp").read_text()
     assert glue.startswith("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n")
     assert "torch/extension.h" not in glue
-    cpp, _ = load_inline_sources(_spec(HONEST))
+    cpp, _ = load_inline_sources(_spec(OPTIONAL_ARG))
     assert glue.endswith("\n".join(c.text for c in cpp[1:]))  # load_inline's declarations and pybind11 bindings
 
 
+def test_functions_with_the_same_types_share_one_signature_glue(fake_builder):
+    first = fake_builder.build(_spec(HONEST))
+    renamed = fake_builder.build(_spec(RENAMED))
+    assert first.ok and renamed.ok and first.strategy == renamed.strategy == "split", renamed.log
+    assert "main.cpp" in renamed.reused_units and "main.cpp" not in renamed.compiled_units
+    folder = Path(renamed.so_path).parent
+    glue = (folder / "main.cpp").read_text()
+    assert "twice" not in glue and "double_it" not in glue
+    assert "extern torch::Tensor (*const dice_binding_0)(torch::Tensor);" in glue
+    assert "torch::Tensor (*const dice_binding_0)(torch::Tensor) = &double_it;" in (folder / "host.cpp").read_text()
+    assert 'dice_binding_names[] = {"double_it", "double_it"};' in (folder / "module.cpp").read_text()
+
+
+def test_a_prebuilt_signature_glue_serves_the_first_candidate_of_that_shape(fake_builder):
+    assert fake_builder.prebuild_signature_glues([("torch::Tensor", ("torch::Tensor",))]) == [True]
+    first = fake_builder.build(_spec(HONEST))
+    assert first.ok and "main.cpp" in first.reused_units and "main.cpp" not in first.compiled_units, first.log
+
+
+def _bindings(cpp: str, cuda: str = "torch::Tensor f(torch::Tensor x) { return x; }", functions=("f",)):
+    spec = ExtensionSpec("ext", cpp_sources=[cpp], cuda_sources=[cuda],
+                         functions=functions if isinstance(functions, dict) else list(functions))
+    found = signature_bindings(spec)
+    return None if found is None else [(b.name, b.doc, b.result, b.params) for b in found]
+
+
+def test_declarations_of_plain_types_bind_by_signature():
+    assert _bindings("torch::Tensor f(torch::Tensor x);") == [("f", "f", "torch::Tensor", ("torch::Tensor",))]
+    assert _bindings("#include <torch/extension.h>\n// forward pass\n"
+                     "std::vector<torch::Tensor> f(const torch::Tensor& a, int64_t n = 3, float s, unsigned int);\n"
+                     "void g(void);", functions={"f": "doc of f"}) == [
+        ("f", "doc of f", "std::vector<torch::Tensor>", ("const torch::Tensor &", "int64_t", "float", "unsigned int"))]
+
+
+@pytest.mark.parametrize("cpp, cuda", [
+    ("torch::Tensor f(torch::Tensor x, c10::optional<torch::Tensor> y);", None),  # a type outside the list
+    ("torch::Tensor f(torch::Tensor x);\ntorch::Tensor h(torch::Tensor x) { return x; }", None),  # a body
+    ("torch::Tensor f(torch::Tensor x);\ntorch::Tensor f(torch::Tensor x, int n);", None),  # an overload
+    ("#include <vector>\ntorch::Tensor f(torch::Tensor x);", None),  # another include
+    ("torch::Tensor g(torch::Tensor x);", None),  # the bound function is not declared
+    ("torch::Tensor f(torch::Tensor x);", "static torch::Tensor f(torch::Tensor x) { return x; }"),
+    ("torch::Tensor f(torch::Tensor x);", "inline torch::Tensor f(torch::Tensor x) { return x; }"),
+    ("torch::Tensor f(torch::Tensor x);", 'extern "C" torch::Tensor f(torch::Tensor x) { return x; }'),
+    ("torch::Tensor f(torch::Tensor x);", "template <int N> torch::Tensor f(torch::Tensor x) { return x; }"),
+])
+def test_declarations_load_inline_binds_differently_keep_its_glue(cpp, cuda):
+    assert _bindings(cpp, *([cuda] if cuda else [])) is None
+
+
 def test_declarations_that_include_torch_extension_h_themselves_keep_load_inlines_glue(fake_builder):
-    source = HONEST.replace('cpp_sources="torch::Tensor twice(torch::Tensor x);"',
-                            'cpp_sources="#include <torch/extension.h>\\ntorch::Tensor twice(torch::Tensor x);"')
+    source = OPTIONAL_ARG.replace('cpp_sources="torch::Tensor twice(', 'cpp_sources="#include <torch/extension.h>'
+                                  '\\ntorch::Tensor twice(')
     result = fake_builder.build(_spec(source))
     assert result.ok and result.strategy == "split", result.log
     assert (Path(result.so_path).parent / "main.cpp").read_text().startswith("#include <torch/extension.h>")
@@ -284,13 +343,13 @@ def real_builds(tmp_path_factory):
     """A cold split build and a kernel-body infill of it, with the real compilers (torch headers: slow here)."""
     builder = ExtensionBuilder(CompileConfig(cache_dir=tmp_path_factory.mktemp("cache"), use_pch=False,
                                              timeout_s=1200))
-    return builder.build(_spec(HONEST)), builder.build(_spec(INFILL))
+    return builder.build(_spec(HONEST)), builder.build(_spec(INFILL)), builder.build(_spec(RENAMED))
 
 
 @needs_nvcc
 @pytest.mark.slow
 def test_real_split_build_embeds_the_cubin_and_exports_its_own_init(real_builds):
-    cold, infill = real_builds
+    cold, infill, _ = real_builds
     assert cold.ok and infill.ok and cold.strategy == infill.strategy == "split", cold.log[-3000:]
     assert infill.compiled_units == ["kernels.cu", "module.cpp"]
     for result in (cold, infill):
@@ -305,31 +364,36 @@ def test_real_split_build_embeds_the_cubin_and_exports_its_own_init(real_builds)
         (Path(infill.so_path).parent / "kernels.cubin").read_bytes()
 
 
-IMPORT_BOTH = textwrap.dedent('''
+IMPORT_ALL = textwrap.dedent('''
     import importlib.machinery, importlib.util, sys, torch
-    for name, path in zip(sys.argv[1::2], sys.argv[2::2]):
+    for name, path, function in zip(sys.argv[1::3], sys.argv[2::3], sys.argv[3::3]):
         loader = importlib.machinery.ExtensionFileLoader(name, path)
         module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
         loader.exec_module(module)
-        assert module.__name__ == name and callable(module.twice)
+        bound = getattr(module, function)
+        assert module.__name__ == name and callable(bound) and function in bound.__doc__
+        assert [n for n in dir(module) if not n.startswith("_")] == [function]
         if not torch.cuda.is_available():
             try:
-                module.twice(torch.ones(4))
+                bound(torch.ones(4))
             except RuntimeError as exc:
                 assert "loading the compiled CUDA kernels failed" in str(exc), exc
             else:
                 raise AssertionError("a launch without a GPU must raise")
-    print("IMPORTED_BOTH")
+    print("IMPORTED_ALL")
 ''')
 
 
 @needs_nvcc
 @pytest.mark.slow
-def test_two_infills_import_into_one_process_under_their_own_names(real_builds):
-    cold, infill = real_builds
-    assert cold.ok and infill.ok
-    out = subprocess.run([sys.executable, "-c", IMPORT_BOTH, cold.module_name, cold.so_path, infill.module_name,
-                          infill.so_path], capture_output=True, text=True, timeout=300)
+def test_two_infills_and_a_renamed_candidate_import_into_one_process_under_their_own_names(real_builds):
+    # All three share one compiled signature glue; each binds its own function under its own name.
+    cold, infill, renamed = real_builds
+    assert cold.ok and infill.ok and renamed.ok, renamed.log[-3000:]
+    assert "main.cpp" in renamed.reused_units and renamed.strategy == "split"
+    out = subprocess.run([sys.executable, "-c", IMPORT_ALL, cold.module_name, cold.so_path, "twice",
+                          infill.module_name, infill.so_path, "twice", renamed.module_name, renamed.so_path,
+                          "double_it"], capture_output=True, text=True, timeout=300)
     if "libcudart" in out.stderr and "cannot open shared object" in out.stderr:
         pytest.skip("the CUDA runtime library is not on the loader path here")
-    assert "IMPORTED_BOTH" in out.stdout, out.stderr[-3000:]
+    assert "IMPORTED_ALL" in out.stdout, out.stderr[-3000:]

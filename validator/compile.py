@@ -6,7 +6,10 @@ back to candidate-file lines.
 In the fast mode every build gets its own module name (`dice_<build key>`) while the pybind glue is compiled under
 a name that follows the glue text only (`dice_<glue hash>`), so the glue's object file is shared by every
 kernel-body infill; a generated one-line `PyInit_<unique>` forwards to the glue's init function. A warm worker can
-therefore import any number of infills of one problem without a name clash."""
+therefore import any number of infills of one problem without a name clash. When the declarations allow it, the glue
+binds by signature (`signature_bindings`): pointers the host unit defines, names the module file defines, so one
+glue object serves every candidate whose functions have the same types, whatever they are called (the glue was the
+slowest unit of a cold build on the H200: 3.3-4.8 s, BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -452,8 +455,7 @@ class ExtensionBuilder:
         cpp_chunks, cuda_chunks = self._sources(spec)
         # The glue name follows the pybind glue only, so the glue's object file is shared by every candidate with
         # the same declarations (typical for samples of one problem and for kernel-body infills).
-        glue_hash = hashlib.sha256(("\n".join(c.text for c in cpp_chunks) + flags.signature).encode()).hexdigest()
-        glue_name = f"dice_{glue_hash[:24]}"
+        glue_name = _glue_name(cpp_chunks, flags)
         module_name = glue_name
         if self.config.mode == "fast" and not _registers_global_names(spec):
             # A name of its own per build (the build directory is keyed by all sources and flags).
@@ -472,14 +474,26 @@ class ExtensionBuilder:
                 # load_inline's own prelude of CUDA sources (torch/types.h, cuda.h, cuda_runtime.h): the host code
                 # sees exactly the declarations it sees in the KernelBench layout.
                 host_chunks = cuda_chunks[:3] + split.host
-                # The pybind11 glue (main.cpp) with the light prelude first; if only the glue fails (its C++ code
-                # needs more of torch), as load_inline writes it.
-                for glue_chunks in _glue_variants(cpp_chunks):
-                    units = [("main.cpp", glue_chunks, "cxx"), ("host.cpp", host_chunks, "cxx"),
+                # The pybind11 glue (main.cpp): bound by signature when the declarations allow it (one glue object
+                # for every candidate with these function types), else load_inline's main.cpp with the light
+                # prelude, and as load_inline writes it if only that glue fails (its C++ needs more of torch).
+                options = [(glue, glue_name, host_chunks, None) for glue in _glue_variants(cpp_chunks)]
+                bindings = None if module_name == glue_name else signature_bindings(spec)
+                if bindings:
+                    glue = _signature_glue(bindings)
+                    by_signature = _glue_name(glue, flags)
+                    options.insert(0, (glue, by_signature, host_chunks + [_binding_aliases(bindings)], bindings))
+                for glue_chunks, unit_glue_name, host, bound in options:
+                    units = [("main.cpp", glue_chunks, "cxx"), ("host.cpp", host, "cxx"),
                              ("kernels.cu", split.device, "cubin")]
-                    result = self._compile_and_link(module_name, glue_name, build_dir, so_path, deadline, flags,
-                                                    define, use_pch, units, strategy="split", cubin_flags=cubin_flags)
-                    if result.ok or _kernel_error_is_final(result) or result.failed_units != ["main.cpp"]:
+                    result = self._compile_and_link(module_name, unit_glue_name, build_dir, so_path, deadline, flags,
+                                                    f"-DTORCH_EXTENSION_NAME={unit_glue_name}", use_pch, units,
+                                                    strategy="split", cubin_flags=cubin_flags, bindings=bound)
+                    if result.ok or _kernel_error_is_final(result):
+                        break
+                    # The signature glue only speeds things up: any failure other than the kernels' own is
+                    # retried with load_inline's glue, which gives the KernelBench layout's answer.
+                    if bound is None and result.failed_units != ["main.cpp"]:
                         break
                 if result.ok or _kernel_error_is_final(result):
                     return result
@@ -498,9 +512,10 @@ class ExtensionBuilder:
                                                                                       spec.cuda_segments)
 
     def _compile_and_link(self, module_name, glue_name, build_dir, so_path, deadline, flags, define, use_pch,
-                          units, strategy, cubin_flags: list[str] | None = None) -> BuildResult:
+                          units, strategy, cubin_flags: list[str] | None = None,
+                          bindings: list["Binding"] | None = None) -> BuildResult:
         """Compile the units side by side (objects come from the object cache when unchanged), then the module
-        file (init shim and embedded cubin, when any), then link."""
+        file (init shim, embedded cubin and the names of a signature glue's bindings, when any), then link."""
         files, pending, objects, reused = [], [], [], []
         include_dirs = sorted({str(Path(p).parent) for p in self._source_paths_of(units)})
         extra_inc = [f"-I{d}" for d in include_dirs]
@@ -510,17 +525,10 @@ class ExtensionBuilder:
                 continue  # e.g. the empty main.cpp of a bare .cu file
             generated = GeneratedFile.write(build_dir / name, chunks)
             files.append(generated)
-            obj = build_dir / (name + ".o")
-            if tool == "cxx":
-                text = generated.path.read_text()
-                pch = self._pch_flags(flags, _leading_pch_headers(text), _pch_base(text)) if use_pch else []
-                cmd = [self.config.cxx, *flags.cflags, define, *extra_inc, *pch, "-c", name, "-o", obj.name]
-            elif tool == "nvcc":
-                cmd = [self.config.nvcc, *flags.cuda_cflags, define, *extra_inc, "-c", name, "-o", obj.name]
-            else:  # device code only, no torch: CUDA include paths, macros and codegen flags for one GPU target
-                obj = cubin = build_dir / "kernels.cubin"
-                cmd = [self.config.nvcc, *cubin_flags, *extra_inc, "-cubin", name, "-o", obj.name]
-            if tool != "cubin":
+            cmd, obj = self._unit_command(generated.path, tool, flags, define, extra_inc, use_pch, cubin_flags)
+            if tool == "cubin":
+                cubin = obj
+            else:
                 objects.append(str(obj))
             if not self._from_object_cache(cmd, generated.path.read_bytes(), obj):
                 pending.append((cmd, obj, name))
@@ -536,7 +544,7 @@ class ExtensionBuilder:
         if ok and module_name != glue_name:
             # The init shim (and the cubin) in a tiny unit of its own: no headers, milliseconds to compile.
             module_file = build_dir / "module.cpp"
-            module_file.write_text(_module_source(module_name, glue_name, cubin))
+            module_file.write_text(_module_source(module_name, glue_name, cubin, bindings))
             obj = build_dir / "module.cpp.o"
             cmd = [self.config.cxx, "-fPIC", "-c", module_file.name, "-o", obj.name]
             objects.append(str(obj))
@@ -562,6 +570,20 @@ class ExtensionBuilder:
         return BuildResult(ok, module_name, str(so_path) if ok and self.config.link else None, log, 0.0,
                            strategy=strategy, diagnostics=diagnostics, failed_units=failed_units,
                            compiled_units=compiled, reused_units=reused, unit_seconds=unit_seconds)
+
+    def _unit_command(self, source: Path, tool: str, flags: "_TorchFlags", define: str, extra_inc: list[str],
+                      use_pch: bool, cubin_flags: list[str] | None) -> tuple[list[str], Path]:
+        """The compile command of one unit (run in its folder) and its output file."""
+        name, obj = source.name, source.parent / (source.name + ".o")
+        if tool == "cxx":
+            text = source.read_text()
+            pch = self._pch_flags(flags, _leading_pch_headers(text), _pch_base(text)) if use_pch else []
+            return [self.config.cxx, *flags.cflags, define, *extra_inc, *pch, "-c", name, "-o", obj.name], obj
+        if tool == "nvcc":
+            return [self.config.nvcc, *flags.cuda_cflags, define, *extra_inc, "-c", name, "-o", obj.name], obj
+        # device code only, no torch: CUDA include paths, macros and codegen flags for one GPU target
+        obj = source.parent / "kernels.cubin"
+        return [self.config.nvcc, *cubin_flags, *extra_inc, "-cubin", name, "-o", obj.name], obj
 
     def _from_object_cache(self, cmd: list[str], text: bytes, obj: Path) -> bool:
         cached_obj = self._object_cache_path(cmd, text)
@@ -626,7 +648,29 @@ class ExtensionBuilder:
         light_extras = (GLUE_HEADERS, ("cuda_runtime.h",), ("c10/cuda/CUDAStream.h", "cuda_runtime.h"),
                         ("ATen/cuda/CUDAContext.h", "cuda_runtime.h"))
         variants = [(LIGHT_TORCH_HEADER, h) for h in light_extras] + [(FULL_TORCH_HEADER, ())]
-        return [self.build_pch(flags, headers, base) for base, headers in variants]
+        ready = [self.build_pch(flags, headers, base) for base, headers in variants]
+        self.prebuild_signature_glues(COMMON_SIGNATURES)
+        return ready
+
+    def prebuild_signature_glues(self, signatures: list[tuple[str, tuple[str, ...]]]) -> list[bool]:
+        """Compile the signature glue of each (result type, parameter types) of a one-function extension into the
+        object cache, with the command a default build of such a candidate uses; True where it is there."""
+        flags = torch_flags(self.arch, True, (), (), (), ())
+        ready = []
+        for result, params in signatures:
+            glue = _signature_glue([Binding("f", "f", result, params)])  # the text does not name the function
+            name = _glue_name(glue, flags)
+            folder = Path(self.config.cache_dir) / "glue" / name
+            folder.mkdir(parents=True, exist_ok=True)
+            with _file_lock(folder / ".lock"):
+                source = GeneratedFile.write(folder / "main.cpp", glue).path
+                cmd, obj = self._unit_command(source, "cxx", flags, f"-DTORCH_EXTENSION_NAME={name}", [],
+                                              self.config.use_pch, None)
+                if not self._from_object_cache(cmd, source.read_bytes(), obj):
+                    deadline = time.monotonic() + self.config.timeout_s
+                    self._run_units([(cmd, obj, source.name)], deadline, folder, {})
+                ready.append(self._object_cache_path(cmd, source.read_bytes()).exists())
+        return ready
 
     def build_pch(self, flags: _TorchFlags | None = None, extra_headers: tuple[str, ...] = (),
                   base: str = FULL_TORCH_HEADER) -> bool:
@@ -696,6 +740,128 @@ def _glue_variants(cpp_chunks: list[_Chunk]) -> list[list[_Chunk]]:
     return [light, cpp_chunks]
 
 
+def _glue_name(glue_chunks: list[_Chunk], flags: "_TorchFlags") -> str:
+    """The glue's extension name: a hash of its text and flags, so equal glues share one object file."""
+    digest = hashlib.sha256(("\n".join(c.text for c in glue_chunks) + flags.signature).encode()).hexdigest()
+    return f"dice_{digest[:24]}"
+
+
+# ---------------------------------------------------------------- bindings by signature
+
+# Types a signature glue spells without the candidate's code: what load_inline-style declarations use.
+_PLAIN_TYPE = (r"(?:torch::Tensor|at::Tensor|long long|long|unsigned int|unsigned|int64_t|int32_t|uint64_t|uint32_t"
+               r"|int|size_t|float|double|bool)")
+_BINDABLE_TYPE = re.compile(rf"(?:const )?(?:{_PLAIN_TYPE}|std::vector<{_PLAIN_TYPE}>)(?: const)?(?: &)?")
+# The load_inline idiom (`torch::Tensor f(torch::Tensor a, ...)`): prepare_common_headers compiles these signature
+# glues too, so the first candidate of such a shape does not wait for its glue.
+COMMON_SIGNATURES = [("torch::Tensor", ("torch::Tensor",) * n) for n in range(1, 5)]
+BINDING_NAMES = "dice_binding_names"  # defined by the build's module.cpp: name, docstring, name, docstring, ...
+BINDING_POINTER = "dice_binding_"  # + index: the host unit's pointer to the bound function
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One function of `functions=[...]` as a signature glue binds it."""
+
+    name: str
+    doc: str
+    result: str
+    params: tuple[str, ...]
+
+    def pointer_declarator(self, index: int) -> str:
+        return f"{self.result} (*const {BINDING_POINTER}{index})({', '.join(self.params)})"
+
+
+def signature_bindings(spec: ExtensionSpec) -> list[Binding] | None:
+    """The functions to bind when the C++ sources are only declarations of them (and torch includes) whose types
+    all appear in _BINDABLE_TYPE, and the CUDA sources define them plainly: then the pybind glue needs no name of
+    the candidate's, only the types. None otherwise."""
+    if spec.functions is None or spec.no_implicit_headers or spec.source_paths:
+        return None
+    functions = spec.functions if isinstance(spec.functions, dict) else {f: f for f in spec.functions}
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", "\n".join(spec.cpp_sources), flags=re.S)
+    text = re.sub(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/(extension|types)\.h[>\"][ \t]*$", " ", text, flags=re.M)
+    if re.search(r"[#{}]", text):
+        return None
+    declared: dict[str, Binding] = {}
+    for declaration in filter(None, (" ".join(d.split()) for d in text.split(";"))):
+        match = re.fullmatch(r"(.+?)\b(\w+) ?\((.*)\)", declaration)
+        result = match and _bindable_type(match.group(1), allow_void=True)
+        params = match and _bindable_params(match.group(3))
+        if not match or result is None or params is None or match.group(2) in declared:
+            return None
+        declared[match.group(2)] = Binding(match.group(2), "", result, params)
+    if not functions or any(name not in declared for name in functions):
+        return None
+    # Definitions load_inline cannot bind from main.cpp (internal linkage, C linkage, not emitted, a template)
+    # while the address taken in the host unit could: keep those on load_inline's glue, for the same verdict.
+    cuda = "\n".join(spec.cuda_sources)
+    if re.search(r'extern\s*"C"', cuda) or any(
+            re.search(rf"\b(static|\w*inline\w*|template)\b[^;{{}}]*?\b{name}\s*\(", cuda) for name in functions):
+        return None
+    return [Binding(name, str(doc), declared[name].result, declared[name].params) for name, doc in functions.items()]
+
+
+def _bindable_type(text: str, allow_void: bool = False) -> str | None:
+    """`text` in canonical spelling when a signature glue can spell it, else None."""
+    canonical = re.sub(r" ?& ?", " &", re.sub(r" ?([<>]) ?", r"\1", " ".join(text.split()))).strip()
+    if allow_void and canonical == "void":
+        return canonical
+    return canonical if _BINDABLE_TYPE.fullmatch(canonical) else None
+
+
+def _bindable_params(text: str) -> tuple[str, ...] | None:
+    """Parameter types without names and default values, or None when one is not bindable."""
+    if text.strip() in ("", "void"):
+        return ()
+    params = []
+    for param in text.split(","):  # no bindable type has a comma (std::vector takes one type)
+        param = param.split("=")[0].strip()
+        kind = _bindable_type(param)
+        if kind is None:  # drop a parameter name
+            named = re.fullmatch(r"(.*?[\s&>])(\w+)", param)
+            kind = named and _bindable_type(named.group(1))
+        if kind is None:
+            return None
+        params.append(kind)
+    return tuple(params)
+
+
+def _signature_glue(bindings: list[Binding]) -> list[_Chunk]:
+    """pybind11 glue binding each function through a pointer the host unit defines, under names the module file
+    defines: its text follows the signatures only, so its object file serves every candidate with these types."""
+    lines = [f"#include <{h}>" for h in (LIGHT_TORCH_HEADER, *GLUE_HEADERS)]
+    lines.append("#pragma GCC visibility push(hidden)")  # resolved inside this extension, never across two
+    lines.append(f'extern "C" const char* const {BINDING_NAMES}[];')
+    lines += [f"extern {b.pointer_declarator(i)};" for i, b in enumerate(bindings)]
+    lines.append("#pragma GCC visibility pop")
+    lines.append("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {")
+    for i, _ in enumerate(bindings):
+        # A non-const copy: torch::wrap_pybind_function reads the arity from a plain function pointer type.
+        lines.append(f"    auto function_{i} = {BINDING_POINTER}{i};")
+        lines.append(f"    m.def({BINDING_NAMES}[{2 * i}], torch::wrap_pybind_function(function_{i}), "
+                     f"{BINDING_NAMES}[{2 * i + 1}]);")
+    lines.append("}")
+    return [_Chunk("\n".join(lines))]
+
+
+def _binding_aliases(bindings: list[Binding]) -> _Chunk:
+    """Host-unit lines defining the signature glue's pointers: the address of each bound function (so a
+    declaration that does not match the definition fails to compile, as it fails to link in load_inline)."""
+    lines = ["#pragma GCC visibility push(hidden)"]
+    for i, b in enumerate(bindings):
+        lines.append(f"extern {b.pointer_declarator(i)};")
+        lines.append(f"{b.pointer_declarator(i)} = &{b.name};")
+    lines.append("#pragma GCC visibility pop")
+    return _Chunk("\n".join(lines))
+
+
+def _c_string(text: str) -> str:
+    """A C string literal of `text` (UTF-8; everything but plain printable ASCII as octal escapes)."""
+    body = "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\?' else f"\\{b:03o}" for b in text.encode())
+    return f'"{body}"'
+
+
 def _without_pch_flags(cmd: list[str]) -> list[str]:
     """cmd without the five flags _pch_flags adds (-I DIR -include PCH_HEADER -Winvalid-pch)."""
     for i in range(len(cmd) - 4):
@@ -735,17 +901,23 @@ def _registers_global_names(spec: ExtensionSpec) -> bool:
     return re.search(r"\bclass_\s*<|\bTORCH_LIBRARY|\benum_\s*<|\bregister_exception\b", text) is not None
 
 
-def _module_source(module_name: str, glue_name: str, cubin: Path | None) -> str:
+def _module_source(module_name: str, glue_name: str, cubin: Path | None,
+                   bindings: list["Binding"] | None = None) -> str:
     """`PyInit_<module>` forwarding to the glue's `PyInit_<glue>`, plus the cubin's bytes (with its hash in a
-    comment, so the object cache, keyed by this text, never serves another cubin's object). Sound for multi-phase
-    init (pybind11 3: the def is bound to the import spec, so `__name__` is the module name) and for single-phase
-    init (older pybind11: the module keeps the glue's `__name__`; the import system files it under the spec name).
-    The glue's init is a weak reference: a glue without a Python module (no PyInit) still loads."""
+    comment, so the object cache, keyed by this text, never serves another cubin's object) and, for a signature
+    glue, the Python names and docstrings of its bindings. Sound for multi-phase init (pybind11 3: the def is
+    bound to the import spec, so `__name__` is the module name) and for single-phase init (older pybind11: the
+    module keeps the glue's `__name__`; the import system files it under the spec name). The glue's init is a weak
+    reference: a glue without a Python module (no PyInit) still loads."""
     lines = ["typedef struct _object PyObject;",
              f'extern "C" __attribute__((weak)) PyObject* PyInit_{glue_name}();',
              f'extern "C" __attribute__((visibility("default"))) PyObject* PyInit_{module_name}() {{',
              f"    return PyInit_{glue_name} ? PyInit_{glue_name}() : nullptr;",
              "}"]
+    if bindings:
+        names = ", ".join(_c_string(text) for b in bindings for text in (b.name, b.doc))
+        lines.append(f'extern "C" __attribute__((visibility("hidden"))) const char* const {BINDING_NAMES}[] = '
+                     f'{{{names}}};')
     if cubin is not None:
         digest = hashlib.sha256(cubin.read_bytes()).hexdigest()
         lines += [f"// {cubin.name} sha256 {digest}",
