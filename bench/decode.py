@@ -102,8 +102,8 @@ def attention_us(config: DiceConfig, batch: int, context: int, device) -> dict:
     out = {}
     variants = [("fused", few_query_attention), ("matmuls", small_query_attention)]
     if fused_few_query_attention is not None:
-        variants += [(f"fused_tile{size}", functools.partial(fused_few_query_attention, tile_keys=size))
-                     for size in TILE_SIZES]
+        variants += [(f"fused_tile{tile}", functools.partial(fused_few_query_attention, tile_keys=tile))
+                     for tile in TILE_SIZES]
     for name, fn in variants:
         for _ in range(2):
             fn(q, k, v, mask, config.num_key_value_heads)

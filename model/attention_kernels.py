@@ -7,8 +7,9 @@ keys for one KV head and all the query rows that read it (its query heads × que
 tensor cores), so the keys are spread over the whole GPU; a second kernel merges the tiles' partial softmax sums.
 The tile shrinks until there are enough programs to fill the GPU (`keys_per_program`). Swept on the H200 (28
 layers' calls in one CUDA graph, 1k keys): batch 1 took 10.1 / 10.5 / 9.6 / 11.9 us per layer with 128 / 64 / 32 /
-16-key tiles, batch 16 took 41.2 / 47.8 / 51.7 / 78.9 us: small tiles only pay while programs are few. The mask is read as given (any boolean [B, 1, Q, K] mask), so the result is the same
-function as `network.small_query_attention`, up to rounding.
+16-key tiles, batch 16 took 41.2 / 47.8 / 51.7 / 78.9 us: small tiles only pay while programs are few. The mask is
+read as given (any boolean [B, 1, Q, K] mask), so the result is the same function as
+`network.small_query_attention`, up to rounding.
 """
 
 import math

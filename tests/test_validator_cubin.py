@@ -59,10 +59,19 @@ FAKE_COMPILER = textwrap.dedent('''\
     out = args[args.index("-o") + 1]
     source = args[args.index("-o") - 1]
     text = open(source).read() if source.endswith((".cu", ".cpp")) else "linked"
+    if os.environ.get("FAKE_CALLS"):  # a record of the units compiled, for tests that count attempts
+        open(os.environ["FAKE_CALLS"], "a").write(source + "\\n")
     if "-fuse-ld=gold" in args and os.environ.get("FAKE_GOLD_BROKEN"):
         sys.exit("collect2: fatal error: cannot find 'ld'")
     if "torch/csrc/utils/pybind.h" in text and "torch::nn::" in text:  # C++ frontend code without extension.h
         sys.exit(source + ":2:5: error: 'torch::nn' has not been declared")
+    lines = text.splitlines()
+    if source == "host.cpp" and "HOST_BUG" in text:  # an error in the candidate's own host code
+        sys.exit(f"host.cpp:{{next(i for i, l in enumerate(lines, 1) if 'HOST_BUG' in l)}}:5: error: 'HOST_BUG' "
+                 "was not declared in this scope")
+    if source == "host.cpp" and "ODD_DEFINITION" in text and "dice_binding_0" in text:  # in the generated lines
+        sys.exit(f"host.cpp:{{next(i for i, l in enumerate(lines, 1) if '= &' in l)}}:5: error: no matches "
+                 "converting function 'twice' to type")
     open(out, "w").write(" ".join(args) + "\\n" + text)
 ''')
 
@@ -221,6 +230,23 @@ def test_functions_with_the_same_types_share_one_signature_glue(fake_builder):
     assert "extern torch::Tensor (*const dice_binding_0)(torch::Tensor);" in glue
     assert "torch::Tensor (*const dice_binding_0)(torch::Tensor) = &double_it;" in (folder / "host.cpp").read_text()
     assert 'dice_binding_names[] = {"double_it", "double_it"};' in (folder / "module.cpp").read_text()
+
+
+def test_an_error_in_the_candidates_host_code_skips_load_inlines_glue_in_the_split(fake_builder, tmp_path,
+                                                                                   monkeypatch):
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
+    result = fake_builder.build(_spec(HONEST.replace("int n = x.numel();", "int n = x.numel(); HOST_BUG;")))
+    # The split's host unit failed once (with the signature glue); then the load_inline layout, as before.
+    assert (tmp_path / "calls").read_text().split().count("host.cpp") == 1 and result.strategy == "full"
+
+
+def test_a_failure_in_the_generated_pointers_is_retried_with_load_inlines_glue(fake_builder, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
+    marked = HONEST.replace("auto y = torch::empty_like(x);", "auto y = torch::empty_like(x);  // ODD_DEFINITION")
+    result = fake_builder.build(_spec(marked))
+    assert result.ok and result.strategy == "split", result.log
+    assert (tmp_path / "calls").read_text().split().count("host.cpp") == 2
+    assert "dice_binding" not in (Path(result.so_path).parent / "main.cpp").read_text()
 
 
 def test_a_prebuilt_signature_glue_serves_the_first_candidate_of_that_shape(fake_builder):

@@ -247,8 +247,8 @@ def _make_accelerator(config: SFTConfig):
 
 
 def fsdp_mixed_precision_policy(config: SFTConfig, fsdp_version: int):
-    """The FSDP precision policy the config asks for (see `fsdp_gather_in_mixed_precision` in SFTConfig); fp32
-    unless a knob names the mixed dtype, with autocast (applied by accelerate) casting for the matmuls."""
+    """The FSDP precision policy the config asks for (see `fsdp_gather_in_mixed_precision` in SFTConfig): fp32
+    unless a knob names the mixed dtype; the training loop's autocast casts for the matmuls."""
     mixed = {"bf16": torch.bfloat16, "fp16": torch.float16}[config.mixed_precision]
     gather = mixed if config.fsdp_gather_in_mixed_precision else torch.float32
     reduce = mixed if config.fsdp_reduce_in_mixed_precision else torch.float32

@@ -491,8 +491,12 @@ class ExtensionBuilder:
                                                     strategy="split", cubin_flags=cubin_flags, bindings=bound)
                     if result.ok or _kernel_error_is_final(result):
                         break
-                    # The signature glue only speeds things up: any failure other than the kernels' own is
-                    # retried with load_inline's glue, which gives the KernelBench layout's answer.
+                    # The signature glue only speeds things up: a failure that may come from it (an error
+                    # without a candidate line, e.g. in the generated pointers) is retried with load_inline's glue;
+                    # errors in the candidate's own lines go straight to the load_inline layout below.
+                    errors = [d for d in result.diagnostics if d.severity == "error"]
+                    if bound is not None and errors and all(d.line is not None for d in errors):
+                        break
                     if bound is None and result.failed_units != ["main.cpp"]:
                         break
                 if result.ok or _kernel_error_is_final(result):
