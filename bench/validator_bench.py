@@ -149,6 +149,7 @@ def run_ours(pool, problems, results):
               f"timed {t_timed:5.2f}s  speedup {timed.speedup or 0:5.2f}x  passed {row['passed']}  "
               f"[compile+check s, *=worker started: cold {_short(parts['cold'])} warm {_short(parts['warm'])} "
               f"infill {_short(parts['infill'])} timed {_short(parts['timed'])}; {parts['cold']['strategy']}, "
+              f"cold compiled {parts['cold']['compiled_units']} (no main.cpp: its glue was built before), "
               f"infill compiled {parts['infill']['compiled_units']}]", flush=True)
     results["ours"] = rows
     results["ours_worker_swaps"] = pool.worker_swaps
