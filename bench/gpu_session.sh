@@ -10,8 +10,8 @@
 #   decode        bench/decode.py (issue 8), e.g. `decode --profile $OUT/profile.txt`
 #   validator     bench/validator_bench.py (issue 3), e.g. `validator --parts ours,batch`
 #   sft           bench/sft_throughput.py at the DICE-1.7B shape (issue 7)
-#   sft-multi     bench/sft_multigpu.py: 1 GPU vs DDP vs FSDP2 (issue 7; needs 2 GPUs), e.g. `sft-multi --steps 40
-#                 --diagnose` (also FSDP2 in bf16 gather/reduce and with the foreach AdamW, 1 GPU vs FSDP2 in fp32)
+#   sft-multi     bench/sft_multigpu.py: 1 GPU vs DDP vs FSDP2 in fp32 and bf16 (issue 7; needs 2 GPUs), e.g.
+#                 `sft-multi --steps 40` (`--skip-fp32`: bf16 only; `--diagnose`: also FSDP2 in bf16 gather/reduce)
 #   server        bench/server_latency.py (issue 4)
 #   cuke          bench/cuke_build.py on a 600-pair sample (issue 6)
 set -uo pipefail

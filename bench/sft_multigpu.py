@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
     parser.add_argument("--skip-fp32", action="store_true", help="only the bf16 runs")
     parser.add_argument("--diagnose", action="store_true",
-                        help="also FSDP2 gathering weights / reducing gradients in bf16, with the foreach AdamW, "
-                             "and 1 GPU vs FSDP2 in fp32 (where FSDP2 differs)")
+                        help="also FSDP2 with accelerate's bf16 policies: weights gathered in bf16, and gathered "
+                             "and reduced in bf16")
     args = parser.parse_args(argv)
 
     import torch
