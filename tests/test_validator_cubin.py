@@ -280,6 +280,7 @@ def test_declarations_of_plain_types_bind_by_signature():
     ("torch::Tensor f(torch::Tensor x);", "inline torch::Tensor f(torch::Tensor x) { return x; }"),
     ("torch::Tensor f(torch::Tensor x);", 'extern "C" torch::Tensor f(torch::Tensor x) { return x; }'),
     ("torch::Tensor f(torch::Tensor x);", "template <int N> torch::Tensor f(torch::Tensor x) { return x; }"),
+    ("torch::Tensor f(torch::Tensor x);", "namespace { torch::Tensor f(torch::Tensor x) { return x; } }"),
 ])
 def test_declarations_load_inline_binds_differently_keep_its_glue(cpp, cuda):
     assert _bindings(cpp, *([cuda] if cuda else [])) is None

@@ -797,10 +797,11 @@ def signature_bindings(spec: ExtensionSpec) -> list[Binding] | None:
         declared[match.group(2)] = Binding(match.group(2), "", result, params)
     if not functions or any(name not in declared for name in functions):
         return None
-    # Definitions load_inline cannot bind from main.cpp (internal linkage, C linkage, not emitted, a template)
-    # while the address taken in the host unit could: keep those on load_inline's glue, for the same verdict.
+    # Definitions load_inline cannot bind from main.cpp (internal linkage, C linkage, not emitted, a template, in a
+    # namespace a using-directive opens) while the address taken in the host unit could: keep those on
+    # load_inline's glue, for the same verdict.
     cuda = "\n".join(spec.cuda_sources)
-    if re.search(r'extern\s*"C"', cuda) or any(
+    if re.search(r'extern\s*"C"|\bnamespace\b', cuda) or any(
             re.search(rf"\b(static|\w*inline\w*|template)\b[^;{{}}]*?\b{name}\s*\(", cuda) for name in functions):
         return None
     return [Binding(name, str(doc), declared[name].result, declared[name].params) for name, doc in functions.items()]
