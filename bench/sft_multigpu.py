@@ -39,27 +39,30 @@ UNARY = {
 }
 
 
+SCALES = ("0.5f", "2.0f", "3.0f", "0.25f")
+
+
+def kernel_record(ops: tuple[str, ...] | list[str], scale: str) -> dict:
+    """The prompt -> kernel pair for y = scale * ops[-1](...ops[0](x)), as a grid-stride elementwise kernel."""
+    expr = "x[i]"
+    for op in ops:
+        expr = UNARY[op].format(x=f"({expr})" if " " in expr else expr)
+    name = "_".join(ops)
+    kernel = (
+        f"__global__ void {name}_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {{\n"
+        f"    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {{\n"
+        f"        y[i] = {scale} * ({expr});\n"
+        f"    }}\n}}\n"
+    )
+    prompt = (f"<|im_start|>user\nWrite a CUDA kernel computing y = {scale} * {' of '.join(reversed(ops))}(x)."
+              f"<|im_end|>\n<|im_start|>assistant\n")
+    return {"prompt": prompt, "response": f"```cpp\n{kernel}```"}
+
+
 def synthetic_records(count: int, seed: int) -> list[dict]:
-    """Prompt -> kernel pairs: a chain of 1-3 unary ops with a scale, as a grid-stride elementwise kernel."""
+    """Prompt -> kernel pairs: a chain of 1-3 unary ops with a scale, drawn at random (repeats allowed)."""
     rng = random.Random(seed)
-    records = []
-    for _ in range(count):
-        ops = rng.sample(sorted(UNARY), rng.randint(1, 3))
-        scale = rng.choice(["0.5f", "2.0f", "3.0f", "0.25f"])
-        expr = "x[i]"
-        for op in ops:
-            expr = UNARY[op].format(x=f"({expr})" if " " in expr else expr)
-        name = "_".join(ops)
-        kernel = (
-            f"__global__ void {name}_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {{\n"
-            f"    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {{\n"
-            f"        y[i] = {scale} * ({expr});\n"
-            f"    }}\n}}\n"
-        )
-        prompt = (f"<|im_start|>user\nWrite a CUDA kernel computing y = {scale} * {' of '.join(reversed(ops))}(x)."
-                  f"<|im_end|>\n<|im_start|>assistant\n")
-        records.append({"prompt": prompt, "response": f"```cpp\n{kernel}```"})
-    return records
+    return [kernel_record(rng.sample(sorted(UNARY), rng.randint(1, 3)), rng.choice(SCALES)) for _ in range(count)]
 
 
 def fsdp1_variant(work: Path) -> Path:
