@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .kernel_split import CUBIN_SYMBOL, SplitError, split_host_device
+from .kernel_split import CUBIN_SYMBOL, SplitError, split_host_device, split_top_commas
 from .problem import ExtensionSpec, SourceSegment
 from .verdict import Diagnostic
 
@@ -820,7 +820,7 @@ def _bindable_params(text: str) -> tuple[str, ...] | None:
     if text.strip() in ("", "void"):
         return ()
     params = []
-    for param in text.split(","):  # no bindable type has a comma (std::vector takes one type)
+    for param in split_top_commas(text):
         param = param.split("=")[0].strip()
         kind = _bindable_type(param)
         if kind is None:  # drop a parameter name

@@ -213,7 +213,8 @@ def _parameter_list(body: str, open_paren: int) -> str:
     return body[open_paren + 1: _matching_paren(body, open_paren, "kernel parameter list not closed")]
 
 
-def _split_top_commas(text: str) -> list[str]:
+def split_top_commas(text: str) -> list[str]:
+    """The comma-separated parts of a parameter or argument list, commas inside brackets kept."""
     parts, depth, start = [], 0, 0
     for j, c in enumerate(text):
         if c in "([{<":
@@ -234,7 +235,7 @@ def _named_parameters(params: str) -> tuple[list[str], list[str]]:
     decls, names = [], []
     if params.strip() in ("", "void"):
         return decls, names
-    for k, param in enumerate(_split_top_commas(params)):
+    for k, param in enumerate(split_top_commas(params)):
         param = param.split("=")[0].strip()
         param = re.sub(r"\s+", " ", param)
         match = re.search(r"(\w+)\s*(\[[^\]]*\])*$", param)
@@ -329,7 +330,7 @@ def _rewrite_launches(text: str, kernels: dict[str, list[str]]) -> str:
         end_config = text.find(">>>", match.end())
         if end_config < 0:
             raise SplitError("unterminated <<< >>>")
-        config = _split_top_commas(text[match.end():end_config])
+        config = split_top_commas(text[match.end():end_config])
         if not 2 <= len(config) <= 4:
             raise SplitError("launch configuration needs 2-4 values")
         config += ["0"] * (4 - len(config))
