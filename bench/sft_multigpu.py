@@ -173,12 +173,15 @@ def main(argv: list[str] | None = None) -> int:
                       run("FSDP2 bf16 both", fsdp2, 1,  # accelerate's own policy
                           "fsdp_gather_in_mixed_precision=true", "fsdp_reduce_in_mixed_precision=true")]
 
-    for row in fp32_rows[1:] + bf16_reference[1:] + bf16_rows:
-        reference = fp32_rows[0] if row in fp32_rows else bf16_reference[0]
-        if reference["status"] == "ok" and row["status"] == "ok":
-            pairs = list(zip(reference["losses"], row["losses"]))
-            row["max_step_loss_diff"] = max(abs(a - b) for a, b in pairs)
-            row["final_loss_rel_diff"] = abs(row["final_loss"] - reference["final_loss"]) / reference["final_loss"]
+    # Each run against the first 1-GPU run of its precision.
+    groups = ([(fp32_rows[0], fp32_rows[1:])] if fp32_rows else []) + [(bf16_reference[0],
+                                                                         bf16_reference[1:] + bf16_rows)]
+    for reference, rows in groups:
+        for row in rows:
+            if reference["status"] == "ok" and row["status"] == "ok":
+                pairs = list(zip(reference["losses"], row["losses"]))
+                row["max_step_loss_diff"] = max(abs(a - b) for a, b in pairs)
+                row["final_loss_rel_diff"] = abs(row["final_loss"] - reference["final_loss"]) / reference["final_loss"]
     for row in fp32_rows[1:]:
         row["same_loss"] = row.get("final_loss_rel_diff", 1.0) <= FP32_TOLERANCE
     finals = [r["final_loss"] for r in bf16_reference if r["status"] == "ok"]
