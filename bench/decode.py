@@ -21,11 +21,6 @@ from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import (DiceForBlockDiffusion, KVCache, few_query_attention,
                                         fused_few_query_attention, small_query_attention)
 
-try:
-    from dice_copilot.model.attention_kernels import TILE_SIZES
-except ImportError:  # no Triton: the fused kernel is not used
-    TILE_SIZES = ()
-
 
 class _NoTokenizer:
     """The bench feeds token ids and reads token ids; nothing is decoded to text."""
@@ -101,7 +96,9 @@ def attention_us(config: DiceConfig, batch: int, context: int, device) -> dict:
     mask = block_causal_mask(positions, torch.arange(context + size, device=device), size)
     out = {}
     variants = [("fused", few_query_attention), ("matmuls", small_query_attention)]
-    if fused_few_query_attention is not None:
+    if fused_few_query_attention is not None:  # Triton is there: sweep the kernel's tile sizes too
+        from dice_copilot.model.attention_kernels import TILE_SIZES
+
         variants += [(f"fused_tile{tile}", functools.partial(fused_few_query_attention, tile_keys=tile))
                      for tile in TILE_SIZES]
     for name, fn in variants:
