@@ -71,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     if run.get("pairs_per_minute") and pending:
         print(f"\n{pending} pairs not yet validated: about {pending / run['pairs_per_minute']:.0f} more minutes at "
               f"this run's rate ({run['pairs_per_minute']} pairs/min on {run['gpus']} GPU(s))")
+    stages = run.get("stage_seconds_per_pair") or {}
+    if stages:
+        # stages overlap (compiles run on every core while the GPU checks earlier pairs); "gpu" is a worker's time
+        print("\nmean seconds per validated pair, by verdict stage: "
+              + ", ".join(f"{stage} {seconds}" for stage, seconds in stages.items())
+              + f"; worker processes replaced: {run.get('worker_replacements', 0)}")
     print(f"\nrejection reasons: {json.dumps(stats['rejection_reasons'])}")
     result = {"gpu": gpu, "wall_seconds": round(wall, 1), "stats": stats,
               "targets": {"pairs": TARGET_PAIRS, "pairs_per_gpu_minute": TARGET_PER_GPU_MINUTE}}

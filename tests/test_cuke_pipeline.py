@@ -163,6 +163,7 @@ class FakePool:
     """Stands in for the validator on machines without a GPU: speedup and correctness from the pair's uid."""
 
     calls = 0
+    worker_replacements = 0
 
     def __init__(self, gpus=None, **kwargs):
         self.gpus = [0]
@@ -175,9 +176,11 @@ class FakePool:
         for _, candidate in items:
             h = sum(candidate.encode()) % 7
             if h == 0:
-                verdicts.append(Verdict(stage="compile", passed=False, failure="wrong", failure_code="incorrect"))
+                verdicts.append(Verdict(stage="compile", passed=False, failure="wrong", failure_code="incorrect",
+                                        stage_times={"compile": 1.0}))
             else:
-                verdicts.append(Verdict(stage="timed", passed=True, speedup=0.5 + h * 0.5))
+                verdicts.append(Verdict(stage="timed", passed=True, speedup=0.5 + h * 0.5,
+                                        stage_times={"compile": 1.0, "timed": 2.0 * h}))
         return verdicts
 
     def shutdown(self):
@@ -203,6 +206,8 @@ def test_build_emits_datasets_resumes_and_shards(tmp_path, monkeypatch):
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert total_validated == stats["total_pairs"] - stats["status"].get("duplicate", 0)
     assert stats["status"]["kept"] > 0 and stats["rejection_reasons"]["below_speedup"] > 0
+    stages = stats["run"]["stage_seconds_per_pair"]  # the last shard's pairs: compile 1 s each, timing 2-12 s
+    assert stages["compile"] == 1.0 and 0 < stages["timed"] < 12
     args = _build_args(tmp_path, *common)
     assert args.run(args) == 0
     assert FakePool.calls == total_validated  # everything was done: the rerun validates nothing
@@ -247,6 +252,7 @@ def test_compile_only_build_end_to_end(tmp_path):
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["mode"] == "compile_only" and "not applied" in stats["speedup_filter"]
     assert stats["run"]["validated_this_run"] == 3
+    assert stats["run"]["stage_seconds_per_pair"]["compile"] > 0
     unverified = (tmp_path / "compile_only_unverified" / "pairs.jsonl").read_text().splitlines()
     compiled = stats["status"].get("compiled_unverified", 0)
     assert len(unverified) == compiled

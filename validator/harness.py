@@ -392,7 +392,9 @@ class Job:
         reference, candidate = self._construct(reference_class, model_class, init_inputs)
         self._check_correctness(reference_module, reference, candidate, call_timeout)
         if (self.policy == "strict" or self.budget.get("attribution")) and _on_gpu():
+            t_attribution = time.monotonic()
             self._check_attribution(reference_module, candidate, call_timeout)
+            self.stage_times["attribution"] = time.monotonic() - t_attribution  # part of "correct"
         if threading.active_count() != threads_before:
             raise CandidateFailure("cheat", f"the candidate started {threading.active_count() - threads_before} "
                                             f"background thread(s)")

@@ -141,10 +141,20 @@ def _compact(verdict: dict, log_chars: int = 2000) -> dict:
     return verdict
 
 
-def validate_pending(pending: list[PairRecord], store: ResultStore, config: BuildConfig) -> tuple[int, float, int]:
-    """Validate pairs in batches and store each verdict. Returns (validated, wall seconds, GPUs used)."""
+@dataclass
+class ValidationRun:
+    validated: int = 0
+    seconds: float = 0.0
+    gpus: int = 0
+    stage_seconds_per_pair: dict[str, float] = field(default_factory=dict)  # where a build's time goes
+    worker_replacements: int = 0  # worker processes restarted after a crash, hang or sticky CUDA error
+
+
+def validate_pending(pending: list[PairRecord], store: ResultStore, config: BuildConfig) -> ValidationRun:
+    """Validate pairs in batches and store each verdict."""
+    stage_seconds: dict[str, float] = {}
     if not pending:
-        return 0, 0.0, 0
+        return ValidationRun()
     from dice_copilot.validator import Budget, ValidatorPool
 
     budget = Budget(timing=not config.compile_only, timing_trials=config.timing_trials)
@@ -170,12 +180,15 @@ def validate_pending(pending: list[PairRecord], store: ResultStore, config: Buil
                 for row in rows:
                     row["seconds"] = round(seconds, 3)
                     row["mode"] = store.mode
+                    for stage, spent in row["verdict"].get("stage_times", {}).items():
+                        stage_seconds[stage] = stage_seconds.get(stage, 0.0) + spent
                 store.append(rows)
                 done += len(batch)
                 bar.update(len(batch))
     finally:
         pool.shutdown()
-    return done, time.perf_counter() - start, gpus
+    per_pair = {stage: round(total / done, 3) for stage, total in sorted(stage_seconds.items())} if done else {}
+    return ValidationRun(done, time.perf_counter() - start, gpus, per_pair, pool.worker_replacements)
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -272,7 +285,8 @@ def run_build(config: BuildConfig) -> dict:
     store = ResultStore(out, config.shard_index, config.shard_count, mode)
     done = store.load_all()
     pending = [r for r in shard if r.uid not in done]
-    validated, seconds, gpus = validate_pending(pending, store, config)
+    validation = validate_pending(pending, store, config)
+    validated, seconds, gpus = validation.validated, validation.seconds, validation.gpus
     done = store.load_all()
 
     for r in unique:
@@ -300,5 +314,7 @@ def run_build(config: BuildConfig) -> dict:
     run = {"validated_this_run": validated, "remaining_in_shard": len(pending) - validated, "validation_seconds": round(seconds, 1), "gpus": gpus,
            "total_seconds": round(time.perf_counter() - t_start, 1),
            "pairs_per_minute": round(60 * validated / seconds, 1) if seconds else None,
-           "pairs_per_gpu_minute": round(60 * validated / (seconds * gpus), 1) if seconds and gpus else None}
+           "pairs_per_gpu_minute": round(60 * validated / (seconds * gpus), 1) if seconds and gpus else None,
+           "stage_seconds_per_pair": validation.stage_seconds_per_pair,
+           "worker_replacements": validation.worker_replacements}
     return write_report(out, config, list(outcomes.values()), datasets, run, len(contamination))
