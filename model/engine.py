@@ -443,6 +443,31 @@ class SlotBuffers:
 
 
 @dataclass
+class _LaunchedPass:
+    """A denoising pass's outcome on its way to the host, and the requests in the slots when it was launched."""
+
+    host: torch.Tensor  # filled once `copied` has passed on the GPU
+    copied: torch.cuda.Event | None
+    occupants: dict[int, "_Request"]
+
+    @classmethod
+    def of(cls, out: torch.Tensor, occupants: dict[int, "_Request"]) -> "_LaunchedPass":
+        if out.device.type != "cuda":
+            return cls(out.clone(), None, occupants)
+        # A copy of its own: the pass's output tensor is the graph's, overwritten by the next replay.
+        host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        host.copy_(out, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        return cls(host, copied, occupants)
+
+    def values(self) -> list[int]:
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.host.tolist()
+
+
+@dataclass
 class _Request:
     id: int
     prompt_ids: list[int]
@@ -471,8 +496,10 @@ class ContinuousBatcher:
     """
 
     def __init__(self, engine: "BlockDiffusionEngine", slots: int | None = None, max_length: int | None = None,
-                 policy: DecodingPolicy | None = None):
-        """slots None: as many as fit in free GPU memory (engine.cache_budget; on a CPU, its cpu_slots)."""
+                 policy: DecodingPolicy | None = None, pipelined: bool | None = None):
+        """slots None: as many as fit in free GPU memory (engine.cache_budget; on a CPU, its cpu_slots).
+        pipelined (default: on a GPU): the host acts on a pass's outcome while the next pass runs, so the GPU
+        never waits for the host between passes; results are the same, each known one pass later."""
         config = engine.config
         limit = config.max_position_embeddings
         max_length = max_length or min(DEFAULT_MAX_LENGTH, limit)
@@ -493,6 +520,10 @@ class ContinuousBatcher:
         self._running: dict[int, _Request] = {}  # slot -> request
         self._cancels: deque[int | None] = deque()
         self._needed = 0  # cache positions the running rows attend to (host copy, refreshed each pass)
+        # On a GPU the host reads a pass's outcome while the next pass runs, so the GPU never waits for the
+        # host's bookkeeping (streaming, harvesting, admitting, launching) between passes.
+        self._lag = int(engine.device.type == "cuda" if pipelined is None else pipelined)
+        self._in_flight: deque[_LaunchedPass] = deque()
 
     def __enter__(self):
         return self
@@ -627,26 +658,44 @@ class ContinuousBatcher:
                           kv_cache=_PrefillWriter(self.buffers.cache, slots, length), logits_slice=slice(0, 0))
 
     def _denoise(self) -> list[tuple[int, Generation]]:
-        """One denoising pass over every slot (one graph replay on a GPU, then the pass's one host sync); streams
-        completed blocks and returns the requests that finished."""
+        """Launches one denoising pass over every slot (one graph replay on a GPU), then settles the oldest pass
+        in flight (this one without lag): streams its completed blocks, returns the requests that finished."""
         b, runner, policy = self.buffers, self.engine.runner, self.policy
-        b.cache.length = runner.attended_length(self._needed, b.cache.max_length)
+        # Each pass in flight may advance a row by one block beyond what the host knows.
+        needed = self._needed + len(self._in_flight) * self.engine.config.block_size
+        b.cache.length = runner.attended_length(needed, b.cache.max_length)
         # Everything the captured pass bakes in as constants is in the key, down to which generator it samples with.
         key = (b.cache.length, b.stop_ids.shape[1], policy.strategy, policy.threshold, policy.temperature,
                policy.top_k, policy.top_p, self._steps, self._generator is not None)
-        flags = runner.run_pass(b.cache, key, self._pass, b.pass_state(), self._generator).tolist()
-        self._needed = flags[-1]
-        done, complete = flags[: self.slots], flags[self.slots: 2 * self.slots]
-        streaming = [slot for slot, r in self._running.items() if complete[slot] and r.on_block is not None]
+        out = runner.run_pass(b.cache, key, self._pass, b.pass_state(), self._generator)
+        self._in_flight.append(_LaunchedPass.of(out, dict(self._running)))
+        if len(self._in_flight) <= self._lag:
+            return []
+        finished = self._settle(self._in_flight.popleft())
+        if not self._running:
+            self._in_flight.clear()  # passes over free slots only: nothing to learn from them
+        return finished
+
+    def _settle(self, launched: "_LaunchedPass") -> list[tuple[int, Generation]]:
+        """Acts on a finished pass's outcome for the requests that occupied their slots when it was launched (a
+        slot freed and refilled since then belongs to a request the pass did not decode)."""
+        flags = launched.values()
+        done, complete, out_end = (flags[i * self.slots: (i + 1) * self.slots] for i in range(3))
+        same = [slot for slot, r in self._running.items() if launched.occupants.get(slot) is r]
+        # Rows admitted after the launch are missing from the pass's count: never shrink below theirs.
+        exact = len(same) == len(self._running) == len(launched.occupants)
+        self._needed = flags[-1] if exact else max(self._needed, flags[-1])
+        streaming = [slot for slot in same if complete[slot] and self._running[slot].on_block is not None]
         if streaming:
-            self._stream(streaming)
-        ended = [slot for slot in self._running if done[slot]]
+            self._stream(streaming, out_end)
+        ended = [slot for slot in same if done[slot]]
         return self._harvest(ended) if ended else []
 
     def _pass(self) -> torch.Tensor:
         """The denoising pass on the device: forward, sampling, commits, stop and length checks, block advance.
         Writes the row state in place (it is replayed as a CUDA graph over the same buffers) and returns
-        [done per slot ‖ block completed per slot ‖ cache positions the running rows need]."""
+        [done per slot ‖ block completed per slot ‖ committed length per slot ‖ cache positions the running rows
+        need]."""
         b, policy = self.buffers, self.policy
         size, mask_id = self.engine.config.block_size, b.mask_id
         positions = torch.where(b.done[:, None], b.scratch, b.start[:, None] + b.offsets)
@@ -686,11 +735,13 @@ class ContinuousBatcher:
         b.step_in_block.masked_fill_(advance, 0)
         b.block_masked.masked_fill_(advance, size)
         needed = (b.start + size).masked_fill(b.done, 0).max()
-        return torch.cat([b.done.long(), complete.long(), needed[None]])
+        return torch.cat([b.done.long(), complete.long(), b.out_end, needed[None]])
 
-    def _stream(self, slots: list[int]) -> None:
+    def _stream(self, slots: list[int], out_end: list[int]) -> None:
+        """Streams each slot's committed text up to the end its settled pass reported (committed tokens never
+        change, so reading them after later passes is safe)."""
         rows = torch.tensor(slots, device=self.engine.device)
-        ends = self.buffers.out_end[rows].tolist()
+        ends = [out_end[slot] for slot in slots]
         for slot, end, row in zip(slots, ends, self.buffers.tokens[rows, : max(ends)].tolist()):
             request = self._running[slot]
             ids = row[len(request.prompt_ids): end]

@@ -55,13 +55,20 @@ class ShapeRecorder:
         return self.runner.forward(input_ids, positions, cache, logits_slice)
 
 
+@pytest.fixture(params=[False, True], ids=["settled", "pipelined"])
+def pipelined(request):
+    """Settling each pass before the next (the CPU default) or one pass later, while the next runs (the GPU's)."""
+    return request.param
+
+
 @pytest.mark.parametrize("strategy", ["dynamic", "static"])
-def test_more_requests_than_slots_equal_each_request_alone(engine, strategy):
+def test_more_requests_than_slots_equal_each_request_alone(engine, strategy, pipelined):
     expected = [alone(engine, p, m, strategy=strategy, stop=[STOP]) for p, m in REQUESTS]
     recorder = ShapeRecorder(engine.runner)
     engine.runner = recorder
     try:
-        with ContinuousBatcher(engine, slots=3, max_length=64, policy=DecodingPolicy(strategy=strategy)) as batcher:
+        with ContinuousBatcher(engine, slots=3, max_length=64, policy=DecodingPolicy(strategy=strategy),
+                               pipelined=pipelined) as batcher:
             ids = [batcher.submit(p, m, stop=[STOP]) for p, m in REQUESTS]
             order, got = [], {}
             for request_id, generation in batcher.run():
@@ -78,10 +85,10 @@ def test_more_requests_than_slots_equal_each_request_alone(engine, strategy):
     assert len(recorder.seen) == 1  # every pass: the same cache, the same [slots, 2 blocks] shape
 
 
-def test_a_reused_slot_never_sees_the_previous_occupant(engine):
+def test_a_reused_slot_never_sees_the_previous_occupant(engine, pipelined):
     long_prompt = list(range(40, 75))
     short = [([7], 10), ([8, 9, 10, 11, 12], 7), ([13, 14, 15, 16, 17, 18, 19, 20, 21], 6)]
-    with ContinuousBatcher(engine, slots=1, max_length=96) as batcher:
+    with ContinuousBatcher(engine, slots=1, max_length=96, pipelined=pipelined) as batcher:
         batcher.submit(long_prompt, 50, stop=[])
         assert [g.finish_reason for _, g in batcher.run()] == ["length"]
         for prompt, max_new in short:
@@ -96,8 +103,8 @@ def test_a_reused_slot_never_sees_the_previous_occupant(engine):
             assert next(batcher.run())[1].token_ids == alone(engine, prompt, max_new, stop=[]).token_ids
 
 
-def test_cancelling_frees_the_slot_for_the_next_request(engine):
-    with ContinuousBatcher(engine, slots=1, max_length=64) as batcher:
+def test_cancelling_frees_the_slot_for_the_next_request(engine, pipelined):
+    with ContinuousBatcher(engine, slots=1, max_length=64, pipelined=pipelined) as batcher:
         first = batcher.submit([3, 4, 5, 6], 40, stop=[])
         waiting = batcher.submit([9, 10], 8, stop=[])
         second = batcher.submit([7, 8, 9], 12, stop=[])
@@ -116,11 +123,11 @@ def test_cancelling_frees_the_slot_for_the_next_request(engine):
     assert results[second].token_ids == alone(engine, [7, 8, 9], 12, stop=[]).token_ids
 
 
-def test_stop_tokens_are_per_request(engine):
+def test_stop_tokens_are_per_request(engine, pipelined):
     free = alone(engine, [3, 4, 5, 6], 24, stop=[])
     stop_token = free.token_ids[5]
     first = free.token_ids.index(stop_token)
-    with ContinuousBatcher(engine, slots=2, max_length=64) as batcher:
+    with ContinuousBatcher(engine, slots=2, max_length=64, pipelined=pipelined) as batcher:
         stopped = batcher.submit([3, 4, 5, 6], 24, stop=[stop_token, 500, 501])
         unstopped = batcher.submit([3, 4, 5, 6], 24, stop=[])
         results = dict(batcher.run())
@@ -130,9 +137,9 @@ def test_stop_tokens_are_per_request(engine):
     assert results[unstopped].token_ids == free.token_ids and results[unstopped].finish_reason == "length"
 
 
-def test_streaming_reports_each_block_under_the_request_id(engine):
+def test_streaming_reports_each_block_under_the_request_id(engine, pipelined):
     updates = []
-    with ContinuousBatcher(engine, slots=1, max_length=64) as batcher:
+    with ContinuousBatcher(engine, slots=1, max_length=64, pipelined=pipelined) as batcher:
         batcher.submit([3], 4, stop=[])
         second = batcher.submit([3, 4, 5, 6], 10, stop=[], on_block=updates.append)
         results = dict(batcher.run())
