@@ -26,8 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-speedup", type=float, default=2.0)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every generator's pair count")
     parser.add_argument("--limit", type=int, default=None, help="validate at most this many pairs")
-    parser.add_argument("--max-seconds", type=float, default=None, help="stop starting new batches after this")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="stop starting new batches this long after the build started")
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--timing-trials", type=int, default=50)
     parser.add_argument("--decontaminate", type=Path, default=None, help="a KernelBench checkout, if present")
     args = parser.parse_args(argv)

@@ -45,6 +45,6 @@ case "$part" in
     server)       timeout "$limit" python3 bench/server_latency.py --out "$out/$tag.json" "$@" 2>&1 \
                       | tee "$out/$tag.log" | tail -40 ;;
     cuke)         timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \
-                      --limit 600 --max-seconds $((limit - 80)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
+                      --limit 600 --max-seconds $((limit - 110)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
     *)            echo "unknown part: $part" >&2; exit 2 ;;
 esac

@@ -52,7 +52,8 @@ def register_train(train_subparsers) -> None:
     build.add_argument("--batch-size", type=int, default=48, help="pairs per validator call (48)")
     build.add_argument("--timing-trials", type=int, default=100, help="timed calls per model (100)")
     build.add_argument("--max-seconds", type=float, default=None,
-                       help="stop starting new validation batches after this many seconds; rerun to resume")
+                       help="stop starting new validation batches this many seconds after the build started; "
+                            "rerun to resume")
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
     build.set_defaults(run=run_build_command)
 

@@ -42,7 +42,9 @@ class BuildConfig:
     heldout_families: list[str] | None = None  # None: chosen deterministically among the rare families
     drop_flags: tuple[str, ...] = MISLEADING_FLAGS
     timing_trials: int = 100
-    max_seconds: float | None = None  # stop starting new validation batches after this long (rerun to resume)
+    # Stop starting new validation batches this long after the build started (generation and dedup included),
+    # so that a run under a wall-clock limit ends with its results written; rerun to resume.
+    max_seconds: float | None = None
     progress: bool = True
 
 
@@ -150,7 +152,8 @@ class ValidationRun:
     worker_replacements: int = 0  # worker processes restarted after a crash, hang or sticky CUDA error
 
 
-def validate_pending(pending: list[PairRecord], store: ResultStore, config: BuildConfig) -> ValidationRun:
+def validate_pending(pending: list[PairRecord], store: ResultStore, config: BuildConfig,
+                     deadline: float | None = None) -> ValidationRun:
     """Validate pairs in batches and store each verdict."""
     stage_seconds: dict[str, float] = {}
     if not pending:
@@ -165,7 +168,7 @@ def validate_pending(pending: list[PairRecord], store: ResultStore, config: Buil
     try:
         with _progress(len(pending), config.progress, "validating") as bar:
             for lo in range(0, len(pending), config.batch_size):
-                if config.max_seconds is not None and time.perf_counter() - start > config.max_seconds:
+                if deadline is not None and time.perf_counter() > deadline:
                     break  # out of time: what is stored so far is kept, a rerun continues from here
                 batch = pending[lo:lo + config.batch_size]
                 t0 = time.perf_counter()
@@ -285,7 +288,8 @@ def run_build(config: BuildConfig) -> dict:
     store = ResultStore(out, config.shard_index, config.shard_count, mode)
     done = store.load_all()
     pending = [r for r in shard if r.uid not in done]
-    validation = validate_pending(pending, store, config)
+    deadline = t_start + config.max_seconds if config.max_seconds is not None else None
+    validation = validate_pending(pending, store, config, deadline)
     validated, seconds, gpus = validation.validated, validation.seconds, validation.gpus
     done = store.load_all()
 
