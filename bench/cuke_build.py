@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         # stages overlap (compiles run on every core while the GPU checks earlier pairs); "gpu" is a worker's time
         print("\nmean seconds per validated pair, by verdict stage: "
               + ", ".join(f"{stage} {seconds}" for stage, seconds in stages.items())
-              + f"; worker processes replaced: {run.get('worker_replacements', 0)}")
+              + f"; worker processes replaced: {run.get('worker_replacements', 0)}; one-time header setup "
+                f"{run.get('setup_seconds', 0)} s (not counted in the rate)")
     print(f"\nrejection reasons: {json.dumps(stats['rejection_reasons'])}")
     result = {"gpu": gpu, "wall_seconds": round(wall, 1), "stats": stats,
               "targets": {"pairs": TARGET_PAIRS, "pairs_per_gpu_minute": TARGET_PER_GPU_MINUTE}}

@@ -4,6 +4,7 @@ import, verdict classification, and whole builds (a fake validator for speed; a 
 import argparse
 import json
 import shutil
+import types
 from pathlib import Path
 
 import pytest
@@ -164,9 +165,16 @@ class FakePool:
 
     calls = 0
     worker_replacements = 0
+    headers_prepared = 0
 
     def __init__(self, gpus=None, **kwargs):
         self.gpus = [0]
+        self.compile_config = types.SimpleNamespace(use_pch=True)
+        self.builder = types.SimpleNamespace(prepare_common_headers=self._prepare_headers)
+
+    @classmethod
+    def _prepare_headers(cls):
+        cls.headers_prepared += 1
 
     def validate_many(self, items, policy="ide", budget=None):
         from dice_copilot.validator import Verdict
@@ -206,6 +214,7 @@ def test_build_emits_datasets_resumes_and_shards(tmp_path, monkeypatch):
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert total_validated == stats["total_pairs"] - stats["status"].get("duplicate", 0)
     assert stats["status"]["kept"] > 0 and stats["rejection_reasons"]["below_speedup"] > 0
+    assert FakePool.headers_prepared >= 1  # before validating on a GPU, outside the timed rate
     stages = stats["run"]["stage_seconds_per_pair"]  # the last shard's pairs: compile 1 s each, timing 2-12 s
     assert stages["compile"] == 1.0 and 0 < stages["timed"] < 12
     args = _build_args(tmp_path, *common)
