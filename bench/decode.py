@@ -16,7 +16,7 @@ import time
 import torch
 
 from dice_copilot.model.config import DiceConfig
-from dice_copilot.model.engine import BlockDiffusionEngine
+from dice_copilot.model.engine import BlockDiffusionEngine, ContinuousBatcher
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import (DiceForBlockDiffusion, KVCache, few_query_attention,
                                         fused_few_query_attention, small_query_attention)
@@ -136,6 +136,31 @@ def profile_forward(engine: BlockDiffusionEngine, context: int, path: str) -> No
             torch.cuda.synchronize()
     with open(path, "w") as f:
         f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
+    profile_pass(engine, context, path)
+
+
+def profile_pass(engine: BlockDiffusionEngine, context: int, path: str) -> None:
+    """The same for a whole denoising pass at batch 1 (forward, sampling, commits, row state), run without its
+    graph: the kernels that are not the forward's, and how many kernels the graph replays (each costs a gap)."""
+    prompt = random_prompts(1, context, engine.config.vocab_size)[0]
+    with ContinuousBatcher(engine, slots=1, max_length=context + 256) as batcher:
+        batcher.submit(prompt, 128, stop=[])
+        batcher.step()  # admit and prefill, one pass
+        with torch.inference_mode():
+            for _ in range(3):
+                batcher._pass()
+            torch.cuda.synchronize()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(5):
+                    batcher._pass()
+                torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu_us = sum(e.time_range.elapsed_us() for e in kernels) / 5
+    with open(path, "a") as f:
+        f.write(f"\n\nwhole denoising pass, batch 1: {len(kernels) / 5:.0f} kernels, {gpu_us:.0f} us of GPU time per "
+                f"pass\n")
+        f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=60))
+    print(f"profiled pass: {len(kernels) / 5:.0f} kernels, {gpu_us:.0f} us GPU time per pass", flush=True)
 
 
 def random_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -144,7 +169,9 @@ def random_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> list[l
     return torch.randint(0, vocab - 1024, (batch, length), generator=g).tolist()
 
 
-def ours_tokens_per_s(engine, prompts, new_tokens, threshold) -> tuple[float, float]:
+def ours_tokens_per_s(engine, prompts, new_tokens, threshold, passes_out: dict | None = None) -> tuple[float, float]:
+    """(tokens/s, tokens per forward) of one timed generate(); `passes_out` gets the wall time per denoising pass
+    (ms, prefill included): set beside the forward latency, the rest of a pass (sampling, commits, the host)."""
     # Warm up with the same lengths, so compilation and graph capture of every length bucket happen before timing.
     engine.generate(prompts, max_new_tokens=new_tokens, strategy="dynamic", threshold=threshold, stop=[])
     torch.cuda.synchronize()
@@ -153,6 +180,8 @@ def ours_tokens_per_s(engine, prompts, new_tokens, threshold) -> tuple[float, fl
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     generated = sum(len(g.token_ids) for g in out)
+    if passes_out is not None:
+        passes_out["ms_per_pass"] = wall * 1e3 / max(g.stats.forward_passes for g in out)
     return generated / wall, statistics.mean(g.stats.tokens_per_forward for g in out)
 
 
@@ -280,6 +309,10 @@ def main(argv=None) -> int:
             fused, matmuls = times["fused"], times["matmuls"]
             print(f"{label:<44}{fused:>12.1f}{matmuls:>12.1f}{fused / matmuls:>8.2f}")
         for row in rows:
+            if row["batch"] == 1:
+                label = "wall per pass b=1 tau0.9 (ms) vs forward"
+                print(f"{label:<44}{row['ms_per_pass_tau0.9']:>12.3f}{latency:>12.3f}"
+                      f"{row['ms_per_pass_tau0.9'] / latency:>8.2f}")
             for base in ("hf_static_compiled", "hf_generate", "reference_sdar"):
                 if base in row:
                     for ours in ("ours_tau0.9", "ours_tau0"):
@@ -318,7 +351,9 @@ def small_model_rows(args, skip, device, bandwidth, results):
     for batch in (int(b) for b in args.batches.split(",")):
         prompts = random_prompts(batch, args.prompt_tokens, vocab)
         row = {"batch": batch}
-        row["ours_tau0.9"], row["tpf_tau0.9"] = ours_tokens_per_s(engine, prompts, args.new_tokens, 0.9)
+        passes: dict = {}
+        row["ours_tau0.9"], row["tpf_tau0.9"] = ours_tokens_per_s(engine, prompts, args.new_tokens, 0.9, passes)
+        row["ms_per_pass_tau0.9"] = passes["ms_per_pass"]
         # Threshold 0 commits whole blocks: the tokens/s a confident (trained) model approaches.
         row["ours_tau0"], row["tpf_tau0"] = ours_tokens_per_s(engine, prompts, args.new_tokens, 0.0)
         if "reference" not in skip:
