@@ -258,6 +258,10 @@ class ForwardRunner:
         # A graph of the eager model still replays ~30 small kernels per layer (norms, rotary, SwiGLU), each with
         # its own launch gap; Inductor fuses them. dynamic=True: one compilation serves every batch and length.
         self._forward = torch.compile(model, dynamic=True) if compile else model
+        # A pass's bookkeeping after the forward (sampling, commits, row state) is ~50 small eager kernels, each
+        # with its launch gap even in a graph; Inductor fuses them into a few.
+        self.advance_rows = torch.compile(advance_rows, dynamic=True) if compile else advance_rows
+        self.advance_rows_greedy = torch.compile(advance_rows_greedy, dynamic=True) if compile else advance_rows_greedy
 
     def attended_length(self, needed: int, capacity: int) -> int:
         if not self.use_graphs:
@@ -340,6 +344,59 @@ class ForwardRunner:
     def release(self, cache: KVCache):
         """Drops the graphs bound to a cache (they hold its buffers' addresses)."""
         self._graphs = {k: v for k, v in self._graphs.items() if k[0] != id(cache)}
+
+
+def masked_logits(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """[B, size, V] logits as float rows [B*size, V] that cannot choose the mask token (committing it would leave
+    the position masked)."""
+    logits = logits.float()
+    logits[..., mask_id] = float("-inf")
+    return logits.reshape(-1, logits.shape[-1])
+
+
+def advance_rows(b: "SlotBuffers", positions, candidates, confidence, steps: int, strategy: str,
+                 threshold: float) -> torch.Tensor:
+    """The bookkeeping of a denoising pass after sampling: commits, stop and length checks, block advance, in
+    place on the slot buffers. Returns [done ‖ block completed ‖ committed length ‖ positions needed]."""
+    size, mask_id = positions.shape[1] // 2, b.mask_id
+    block_pos = positions[:, size:]
+    current = b.tokens.gather(1, block_pos)
+    is_masked = current == mask_id
+    candidates = candidates.view(b.slots, size)
+    confidence = confidence.view(b.slots, size).masked_fill(~is_masked, float("-inf"))
+    active = ~b.done
+    quota = commit_quota(b.block_masked, b.step_in_block, steps, is_masked)
+    commit = choose_commits(strategy, confidence, is_masked, quota, threshold) & active[:, None]
+    b.tokens.scatter_(1, block_pos, torch.where(commit, candidates, current))
+    b.step_of.scatter_(1, block_pos, torch.where(commit, b.passes[:, None], b.step_of.gather(1, block_pos)))
+    b.passes.add_(active)
+    b.step_in_block.add_(active)
+    complete = active & ~(is_masked & ~commit).any(1)
+
+    # Stop tokens are checked when a block is committed; the stop token itself is kept in token_ids.
+    block_tokens = b.tokens.gather(1, block_pos)
+    is_stop = ((block_tokens[:, :, None] == b.stop_ids[:, None, :]).any(-1)
+               & (block_pos >= b.prompt_len[:, None]))
+    has_stop = complete & is_stop.any(1)
+    first_stop = block_pos.gather(1, is_stop.float().argmax(1, keepdim=True)).squeeze(1)
+    at_limit = complete & ~has_stop & (b.start + size >= b.length_limit)
+    b.out_end.copy_(torch.where(has_stop, first_stop + 1, torch.where(
+        at_limit, b.length_limit, torch.where(complete, b.start + size, b.out_end))))
+    b.finish.masked_fill_(has_stop, FINISH_REASONS.index("stop"))
+    b.done.logical_or_(has_stop | at_limit)
+    advance = complete & ~b.done
+    b.start.add_(advance * size)
+    b.step_in_block.masked_fill_(advance, 0)
+    b.block_masked.masked_fill_(advance, size)
+    needed = (b.start + size).masked_fill(b.done, 0).max()
+    return torch.cat([b.done.long(), complete.long(), b.out_end, needed[None]])
+
+
+def advance_rows_greedy(b: "SlotBuffers", positions, logits, steps: int, strategy: str,
+                        threshold: float) -> torch.Tensor:
+    """advance_rows after choosing each position's most likely token (no random draw: compiles whole)."""
+    candidates, confidence = sample_tokens(masked_logits(logits, b.mask_id), 0.0, 0, 1.0)
+    return advance_rows(b, positions, candidates, confidence, steps, strategy, threshold)
 
 
 def commit_quota(block_masked, step_in_block, steps, is_masked) -> torch.Tensor:
@@ -696,46 +753,19 @@ class ContinuousBatcher:
         Writes the row state in place (it is replayed as a CUDA graph over the same buffers) and returns
         [done per slot ‖ block completed per slot ‖ committed length per slot ‖ cache positions the running rows
         need]."""
-        b, policy = self.buffers, self.policy
-        size, mask_id = self.engine.config.block_size, b.mask_id
+        b, policy, runner = self.buffers, self.policy, self.engine.runner
+        size = self.engine.config.block_size
         positions = torch.where(b.done[:, None], b.scratch, b.start[:, None] + b.offsets)
         positions[:, :size] = torch.where((b.start == 0)[:, None], b.scratch[:size], positions[:, :size])
-        logits = self.engine.runner.forward(b.tokens.gather(1, positions), positions, b.cache,
-                                            slice(size, 2 * size)).float()
-        logits[..., mask_id] = float("-inf")  # committing the mask token would leave the position masked
-        block_pos = positions[:, size:]
-        current = b.tokens.gather(1, block_pos)
-        is_masked = current == mask_id
-        candidates, confidence = sample_tokens(logits.reshape(-1, logits.shape[-1]), policy.temperature,
-                                               policy.top_k, policy.top_p, self._generator)
-        candidates = candidates.view(self.slots, size)
-        confidence = confidence.view(self.slots, size).masked_fill(~is_masked, float("-inf"))
-        active = ~b.done
-        quota = commit_quota(b.block_masked, b.step_in_block, self._steps, is_masked)
-        commit = choose_commits(policy.strategy, confidence, is_masked, quota, policy.threshold) & active[:, None]
-        b.tokens.scatter_(1, block_pos, torch.where(commit, candidates, current))
-        b.step_of.scatter_(1, block_pos, torch.where(commit, b.passes[:, None], b.step_of.gather(1, block_pos)))
-        b.passes.add_(active)
-        b.step_in_block.add_(active)
-        complete = active & ~(is_masked & ~commit).any(1)
-
-        # Stop tokens are checked when a block is committed; the stop token itself is kept in token_ids.
-        block_tokens = b.tokens.gather(1, block_pos)
-        is_stop = ((block_tokens[:, :, None] == b.stop_ids[:, None, :]).any(-1)
-                   & (block_pos >= b.prompt_len[:, None]))
-        has_stop = complete & is_stop.any(1)
-        first_stop = block_pos.gather(1, is_stop.float().argmax(1, keepdim=True)).squeeze(1)
-        at_limit = complete & ~has_stop & (b.start + size >= b.length_limit)
-        b.out_end.copy_(torch.where(has_stop, first_stop + 1, torch.where(
-            at_limit, b.length_limit, torch.where(complete, b.start + size, b.out_end))))
-        b.finish.masked_fill_(has_stop, FINISH_REASONS.index("stop"))
-        b.done.logical_or_(has_stop | at_limit)
-        advance = complete & ~b.done
-        b.start.add_(advance * size)
-        b.step_in_block.masked_fill_(advance, 0)
-        b.block_masked.masked_fill_(advance, size)
-        needed = (b.start + size).masked_fill(b.done, 0).max()
-        return torch.cat([b.done.long(), complete.long(), b.out_end, needed[None]])
+        logits = runner.forward(b.tokens.gather(1, positions), positions, b.cache, slice(size, 2 * size))
+        rules = (self._steps, policy.strategy, policy.threshold)
+        if policy.temperature > 0:
+            # The random draw takes a generator, which a compiled function cannot: sampled eagerly, the
+            # bookkeeping after it compiled.
+            candidates, confidence = sample_tokens(masked_logits(logits, b.mask_id), policy.temperature,
+                                                   policy.top_k, policy.top_p, self._generator)
+            return runner.advance_rows(b, positions, candidates, confidence, *rules)
+        return runner.advance_rows_greedy(b, positions, logits, *rules)
 
     def _stream(self, slots: list[int], out_end: list[int]) -> None:
         """Streams each slot's committed text up to the end its settled pass reported (committed tokens never

@@ -267,15 +267,22 @@ def test_lengths_round_up_to_the_graph_bucket_only_when_that_fits():
 
 @pytest.mark.gpu
 def test_graph_replayed_passes_decode_exactly_like_eager_passes():
-    """A whole pass (forward, sampling, commits, row state) is one CUDA graph; it must change nothing."""
+    """A whole pass (forward, sampling, commits, row state) is one CUDA graph; it must change nothing, also with
+    the bookkeeping compiled by Inductor inside it (as BlockDiffusionEngine's default on a GPU does)."""
+    from dice_copilot.model.engine import advance_rows, advance_rows_greedy
+
     graphed = BlockDiffusionEngine(tiny_model(), IdTokenizer(), device="cuda", use_cuda_graphs=True, compile=False)
     eager = BlockDiffusionEngine(tiny_model(), IdTokenizer(), device="cuda", use_cuda_graphs=False, compile=False)
+    fused = BlockDiffusionEngine(tiny_model(), IdTokenizer(), device="cuda", use_cuda_graphs=True, compile=False)
+    fused.runner.advance_rows = torch.compile(advance_rows, dynamic=True)
+    fused.runner.advance_rows_greedy = torch.compile(advance_rows_greedy, dynamic=True)
     prompts = [p for p, _ in REQUESTS]
     for strategy in ("dynamic", "static", "sequential"):
         want = eager.generate(prompts, max_new_tokens=24, strategy=strategy, stop=[STOP])
-        got = graphed.generate(prompts, max_new_tokens=24, strategy=strategy, stop=[STOP])
-        assert [(g.token_ids, g.step_map, g.finish_reason) for g in got] == \
-            [(w.token_ids, w.step_map, w.finish_reason) for w in want]
+        for decoder in (graphed, fused):
+            got = decoder.generate(prompts, max_new_tokens=24, strategy=strategy, stop=[STOP])
+            assert [(g.token_ids, g.step_map, g.finish_reason) for g in got] == \
+                [(w.token_ids, w.step_map, w.finish_reason) for w in want]
     # Seeded sampling replays reproducibly (the graph is bound to the buffers' generator, re-seeded per call).
     sampled = [graphed.generate(prompts[:2], n=3, max_new_tokens=24, temperature=1.0, seed=seed, stop=[])
                for seed in (7, 7, 8)]
@@ -294,3 +301,22 @@ def test_kept_buffers_with_stop_ids_are_reused_by_the_next_call(engine):
     kept = engine._kept
     second = engine.generate(["5 9 13 2 7 1"], max_new_tokens=12, stop=[STOP])
     assert engine._kept is kept and first[0].token_ids == second[0].token_ids
+
+
+@pytest.mark.slow
+def test_compiled_bookkeeping_decodes_exactly_like_eager(engine):
+    """On a GPU the runner compiles the pass's bookkeeping (sampling, commits, row state) with Inductor; here the
+    same compiled functions (Inductor's CPU backend) run under continuous batching, greedy and sampled."""
+    from dice_copilot.model.engine import advance_rows, advance_rows_greedy
+
+    compiled = BlockDiffusionEngine(engine.model, engine.tokenizer)
+    compiled.runner.advance_rows = torch.compile(advance_rows, dynamic=True)
+    compiled.runner.advance_rows_greedy = torch.compile(advance_rows_greedy, dynamic=True)
+    for policy in (DecodingPolicy(), DecodingPolicy(temperature=0.8, seed=5)):
+        results = []
+        for decoder in (engine, compiled):
+            with ContinuousBatcher(decoder, slots=3, max_length=64, policy=policy, pipelined=True) as batcher:
+                ids = [batcher.submit(p, m, stop=[STOP]) for p, m in REQUESTS]
+                got = dict(batcher.run())
+            results.append([(got[i].token_ids, got[i].step_map, got[i].finish_reason) for i in ids])
+        assert results[0] == results[1]
