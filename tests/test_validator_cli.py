@@ -107,3 +107,12 @@ def test_cpu_harness_verdicts_and_survival(cpu_verdicts):
     crash = by_name[4][1]
     assert crash.failure_code in ("crash", "static"), crash.failure
     assert by_name[5][1].passed, by_name[5][1].failure
+
+
+def test_the_workers_warm_up_verdict_passes():
+    """Each GPU worker runs this small verdict before its first job (a head start, not a check): it must pass, or
+    every worker start would pay for a failing one and warm nothing."""
+    from dice_copilot.validator import harness
+    outcome = harness.warm_up("cpu")
+    assert outcome["passed"], outcome.get("failure")
+    assert outcome["stage_times"]["correct"] > 0

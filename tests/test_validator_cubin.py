@@ -424,3 +424,18 @@ def test_two_infills_and_a_renamed_candidate_import_into_one_process_under_their
     if "libcudart" in out.stderr and "cannot open shared object" in out.stderr:
         pytest.skip("the CUDA runtime library is not on the loader path here")
     assert "IMPORTED_ALL" in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("declaration", [
+    "torch::Tensor f(torch::Tensor x);",
+    "torch::Tensor f(torch::Tensor a, torch::Tensor b, torch::Tensor c, torch::Tensor d);",
+    "torch::Tensor f(const torch::Tensor& x, const torch::Tensor &w);",
+    "torch::Tensor f(torch::Tensor x, torch::Tensor w, torch::Tensor b, double eps);",
+    "torch::Tensor f(torch::Tensor x, int64_t dim);",
+    "torch::Tensor f(torch::Tensor x, torch::Tensor y, float alpha = 1.0f);",
+    "torch::Tensor f(torch::Tensor x, int k);",
+])
+def test_the_common_load_inline_declarations_have_a_prebuilt_glue(declaration):
+    from dice_copilot.validator.compile import COMMON_SIGNATURES
+    [(_, _, result, params)] = _bindings(declaration)
+    assert (result, params) in COMMON_SIGNATURES

@@ -660,8 +660,9 @@ class ExtensionBuilder:
         """Compile the signature glue of each (result type, parameter types) of a one-function extension into the
         object cache, with the command a default build of such a candidate uses; True where it is there."""
         flags = torch_flags(self.arch, True, (), (), (), ())
-        ready = []
-        for result, params in signatures:
+
+        def prebuild(signature: tuple[str, tuple[str, ...]]) -> bool:
+            result, params = signature
             glue = _signature_glue([Binding("f", "f", result, params)])  # the text does not name the function
             name = _glue_name(glue, flags)
             folder = Path(self.config.cache_dir) / "glue" / name
@@ -673,8 +674,10 @@ class ExtensionBuilder:
                 if not self._from_object_cache(cmd, source.read_bytes(), obj):
                     deadline = time.monotonic() + self.config.timeout_s
                     self._run_units([(cmd, obj, source.name)], deadline, folder, {})
-                ready.append(self._object_cache_path(cmd, source.read_bytes()).exists())
-        return ready
+                return self._object_cache_path(cmd, source.read_bytes()).exists()
+
+        with ThreadPoolExecutor(max(1, min(len(signatures), os.cpu_count() or 1))) as pool:
+            return list(pool.map(prebuild, signatures))
 
     def build_pch(self, flags: _TorchFlags | None = None, extra_headers: tuple[str, ...] = (),
                   base: str = FULL_TORCH_HEADER) -> bool:
@@ -756,9 +759,14 @@ def _glue_name(glue_chunks: list[_Chunk], flags: "_TorchFlags") -> str:
 _PLAIN_TYPE = (r"(?:torch::Tensor|at::Tensor|long long|long|unsigned int|unsigned|int64_t|int32_t|uint64_t|uint32_t"
                r"|int|size_t|float|double|bool)")
 _BINDABLE_TYPE = re.compile(rf"(?:const )?(?:{_PLAIN_TYPE}|std::vector<{_PLAIN_TYPE}>)(?: const)?(?: &)?")
-# The load_inline idiom (`torch::Tensor f(torch::Tensor a, ...)`): prepare_common_headers compiles these signature
-# glues too, so the first candidate of such a shape does not wait for its glue.
-COMMON_SIGNATURES = [("torch::Tensor", ("torch::Tensor",) * n) for n in range(1, 5)]
+# The load_inline idioms — `torch::Tensor f(torch::Tensor a, ...)`, tensors by const reference, tensors then one
+# scalar (an eps, a dim, a scale) — are compiled by prepare_common_headers too, so the first candidate of such a
+# shape does not wait for its glue (a glue's build costs as much as the host unit's).
+_TENSOR, _CONST_TENSOR = "torch::Tensor", "const torch::Tensor &"
+COMMON_SIGNATURES = ([(_TENSOR, (_TENSOR,) * n) for n in range(1, 5)]
+                     + [(_TENSOR, (_CONST_TENSOR,) * n) for n in range(1, 4)]
+                     + [(_TENSOR, (_TENSOR,) * n + (scalar,)) for n in range(1, 4)
+                        for scalar in ("double", "float", "int", "int64_t")])
 BINDING_NAMES = "dice_binding_names"  # defined by the build's module.cpp: name, docstring, name, docstring, ...
 BINDING_POINTER = "dice_binding_"  # + index: the host unit's pointer to the bound function
 
