@@ -17,8 +17,7 @@ from typing import Callable
 import torch
 
 from dice_copilot.model.config import DiceConfig
-from dice_copilot.model.engine import (BlockDiffusionEngine, ContinuousBatcher, advance_rows,
-                                       advance_rows_greedy)
+from dice_copilot.model.engine import BlockDiffusionEngine, ContinuousBatcher
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import (DiceForBlockDiffusion, KVCache, few_query_attention,
                                         fused_few_query_attention, small_query_attention)
@@ -381,28 +380,28 @@ def small_model_rows(args, skip, device, bandwidth, results):
         prompts = random_prompts(batch, args.prompt_tokens, vocab)
         row = {"batch": batch}
         passes: dict = {}
+        pass_ms: list[float] = []
         baseline = None if "compiled" in skip else attempt(hf_ar_decoder, model, prompts, args.new_tokens, True)
         baseline = baseline if callable(baseline) else None
 
         def ours() -> float:
             tokens_per_s, row["tpf_tau0.9"] = ours_tokens_per_s(engine, prompts, args.new_tokens, 0.9, passes)
-            row.setdefault("ms_per_pass_runs", []).append(passes["ms_per_pass"])
+            pass_ms.append(passes["ms_per_pass"])
             return tokens_per_s
 
         row["ours_tau0.9_runs"], row["hf_static_compiled_runs"] = interleaved_runs(ours, baseline, args.repeats)
         row["ours_tau0.9"] = statistics.median(row["ours_tau0.9_runs"])
-        row["ms_per_pass_tau0.9"] = statistics.median(row.pop("ms_per_pass_runs"))
+        row["ms_per_pass_tau0.9"] = statistics.median(pass_ms)
         if row["hf_static_compiled_runs"]:
             row["hf_static_compiled"] = statistics.median(row["hf_static_compiled_runs"])
         del baseline
         torch.cuda.empty_cache()
         if batch == 1:  # what compiling the pass's bookkeeping buys: the same pass with it eager
-            compiled = engine.runner.advance_rows, engine.runner.advance_rows_greedy
-            engine.runner.advance_rows, engine.runner.advance_rows_greedy = advance_rows, advance_rows_greedy
+            engine.runner.compile_bookkeeping(False)
             engine.runner.release(engine._kept.cache)  # recapture the pass graphs with the eager bookkeeping
             ours_tokens_per_s(engine, prompts, args.new_tokens, 0.9, passes)
             row["ms_per_pass_tau0.9_eager_bookkeeping"] = passes["ms_per_pass"]
-            engine.runner.advance_rows, engine.runner.advance_rows_greedy = compiled
+            engine.runner.compile_bookkeeping(True)
             engine.runner.release(engine._kept.cache)
         # Threshold 0 commits whole blocks: the tokens/s a confident (trained) model approaches.
         row["ours_tau0"], row["tpf_tau0"] = ours_tokens_per_s(engine, prompts, args.new_tokens, 0.0)

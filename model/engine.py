@@ -258,10 +258,14 @@ class ForwardRunner:
         # A graph of the eager model still replays ~30 small kernels per layer (norms, rotary, SwiGLU), each with
         # its own launch gap; Inductor fuses them. dynamic=True: one compilation serves every batch and length.
         self._forward = torch.compile(model, dynamic=True) if compile else model
-        # A pass's bookkeeping after the forward (sampling, commits, row state) is dozens of small eager kernels,
-        # each with its launch gap even in a graph; fused by Inductor, a batch-1 pass on an H200 took 0.1 ms less.
-        self.advance_rows = torch.compile(advance_rows, dynamic=True) if compile else advance_rows
-        self.advance_rows_greedy = torch.compile(advance_rows_greedy, dynamic=True) if compile else advance_rows_greedy
+        self.compile_bookkeeping(compile)
+
+    def compile_bookkeeping(self, on: bool) -> None:
+        """The pass's bookkeeping after the forward (sampling, commits, row state) compiled by Inductor, or eager.
+        Eager it is dozens of small kernels, each with its launch gap even in a graph; fused, a batch-1 pass on an
+        H200 took 0.1 ms less. Graphs captured before a switch keep the functions they were captured with."""
+        self.advance_rows = torch.compile(advance_rows, dynamic=True) if on else advance_rows
+        self.advance_rows_greedy = torch.compile(advance_rows_greedy, dynamic=True) if on else advance_rows_greedy
 
     def attended_length(self, needed: int, capacity: int) -> int:
         if not self.use_graphs:
@@ -577,8 +581,6 @@ class ContinuousBatcher:
         self._running: dict[int, _Request] = {}  # slot -> request
         self._cancels: deque[int | None] = deque()
         self._needed = 0  # cache positions the running rows attend to (host copy, refreshed each pass)
-        # On a GPU the host reads a pass's outcome while the next pass runs, so the GPU never waits for the
-        # host's bookkeeping (streaming, harvesting, admitting, launching) between passes.
         self._lag = int(engine.device.type == "cuda" if pipelined is None else pipelined)
         self._in_flight: deque[_LaunchedPass] = deque()
 

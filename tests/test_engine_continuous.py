@@ -269,13 +269,10 @@ def test_lengths_round_up_to_the_graph_bucket_only_when_that_fits():
 def test_graph_replayed_passes_decode_exactly_like_eager_passes():
     """A whole pass (forward, sampling, commits, row state) is one CUDA graph; it must change nothing, also with
     the bookkeeping compiled by Inductor inside it (as BlockDiffusionEngine's default on a GPU does)."""
-    from dice_copilot.model.engine import advance_rows, advance_rows_greedy
-
     graphed = BlockDiffusionEngine(tiny_model(), IdTokenizer(), device="cuda", use_cuda_graphs=True, compile=False)
     eager = BlockDiffusionEngine(tiny_model(), IdTokenizer(), device="cuda", use_cuda_graphs=False, compile=False)
     fused = BlockDiffusionEngine(tiny_model(), IdTokenizer(), device="cuda", use_cuda_graphs=True, compile=False)
-    fused.runner.advance_rows = torch.compile(advance_rows, dynamic=True)
-    fused.runner.advance_rows_greedy = torch.compile(advance_rows_greedy, dynamic=True)
+    fused.runner.compile_bookkeeping(True)
     prompts = [p for p, _ in REQUESTS]
     for strategy in ("dynamic", "static", "sequential"):
         want = eager.generate(prompts, max_new_tokens=24, strategy=strategy, stop=[STOP])
@@ -307,11 +304,8 @@ def test_kept_buffers_with_stop_ids_are_reused_by_the_next_call(engine):
 def test_compiled_bookkeeping_decodes_exactly_like_eager(engine):
     """On a GPU the runner compiles the pass's bookkeeping (sampling, commits, row state) with Inductor; here the
     same compiled functions (Inductor's CPU backend) run under continuous batching, greedy and sampled."""
-    from dice_copilot.model.engine import advance_rows, advance_rows_greedy
-
     compiled = BlockDiffusionEngine(engine.model, engine.tokenizer)
-    compiled.runner.advance_rows = torch.compile(advance_rows, dynamic=True)
-    compiled.runner.advance_rows_greedy = torch.compile(advance_rows_greedy, dynamic=True)
+    compiled.runner.compile_bookkeeping(True)
     for policy in (DecodingPolicy(), DecodingPolicy(temperature=0.8, seed=5)):
         results = []
         for decoder in (engine, compiled):
