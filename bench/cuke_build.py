@@ -27,8 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every generator's pair count")
     parser.add_argument("--limit", type=int, default=None, help="validate at most this many pairs")
     parser.add_argument("--max-seconds", type=float, default=None,
-                        help="stop starting new batches this long after the build started")
-    parser.add_argument("--batch-size", type=int, default=32)
+                        help="stop starting new validations this long after the build started")
     parser.add_argument("--timing-trials", type=int, default=50)
     parser.add_argument("--decontaminate", type=Path, default=None, help="a KernelBench checkout, if present")
     args = parser.parse_args(argv)
@@ -40,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     if gpu == "none":
         print("no CUDA device: this benchmark measures GPU validation; run it on the GPU machine", file=sys.stderr)
     config = BuildConfig(out=args.work, min_speedup=args.min_speedup, scale=args.scale, limit=args.limit,
-                         max_seconds=args.max_seconds, batch_size=args.batch_size, timing_trials=args.timing_trials,
+                         max_seconds=args.max_seconds, timing_trials=args.timing_trials,
                          decontaminate=args.decontaminate, progress=False, compile_only=gpu == "none")
     started = time.perf_counter()
     stats = run_build(config)

@@ -1,6 +1,7 @@
 """Validator speed: time-to-verdict (cold and warm build cache, and a kernel-body infill) of this validator versus
 the KernelBench-style path (load_inline per candidate, in process), and verdicts per minute for a batch of
-candidates with timing off. Problems and honest candidates: bench/validator_problems/ (written for this project).
+candidates with timing off. Problems and honest candidates: bench/validator_problems/ (written for this project);
+each candidate's CUDA source includes torch/extension.h, as the DICE prompt's example and models' answers do.
 
     python bench/validator_bench.py --out results.json                 # everything (about 10 min on an H200 box)
     python bench/validator_bench.py --parts ours,batch --out a.json    # split into shorter runs
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 
 from dice_copilot.validator import Budget, Candidate, Problem, ValidatorPool
-from dice_copilot.validator.compile import CompileConfig, resolve_arch
+from dice_copilot.validator.compile import CompileConfig, resolve_arch, usable_cpus
 
 PROBLEMS = Path(__file__).resolve().parent / "validator_problems"
 NO_TIMING = Budget(timing=False, call_timeout_s=30)
@@ -251,7 +252,7 @@ def main() -> int:
     problems = load_problems(args.problems)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="dice_bench_cache_"))
     results: dict = json.loads(args.merge.read_text()) if args.merge else {}
-    results.update({"problems": [p[0] for p in problems], "cache": str(cache), "cpus": os.cpu_count()})
+    results.update({"problems": [p[0] for p in problems], "cache": str(cache), "cpus": usable_cpus()})
 
     def save():
         args.out.write_text(json.dumps(results, indent=1, default=str))

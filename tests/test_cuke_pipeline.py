@@ -176,20 +176,25 @@ class FakePool:
     def _prepare_headers(cls):
         cls.headers_prepared += 1
 
-    def validate_many(self, items, policy="ide", budget=None):
+    def validate_iter(self, items, policy="ide", budget=None):
+        """Reads the stream two items at a time and reports each pair out of order, as a real pool may."""
         from dice_copilot.validator import Verdict
         assert policy == "strict"
-        FakePool.calls += len(items)
-        verdicts = []
-        for _, candidate in items:
+        held = []
+        for index, (_, candidate) in enumerate(items):
+            FakePool.calls += 1
             h = sum(candidate.encode()) % 7
             if h == 0:
-                verdicts.append(Verdict(stage="compile", passed=False, failure="wrong", failure_code="incorrect",
-                                        stage_times={"compile": 1.0}))
+                verdict = Verdict(stage="compile", passed=False, failure="wrong", failure_code="incorrect",
+                                  stage_times={"compile": 1.0})
             else:
-                verdicts.append(Verdict(stage="timed", passed=True, speedup=0.5 + h * 0.5,
-                                        stage_times={"compile": 1.0, "timed": 2.0 * h}))
-        return verdicts
+                verdict = Verdict(stage="timed", passed=True, speedup=0.5 + h * 0.5,
+                                  stage_times={"compile": 1.0, "timed": 2.0 * h})
+            held.append((index, verdict))
+            if len(held) == 2:
+                yield from reversed(held)
+                held = []
+        yield from held
 
     def shutdown(self):
         pass
@@ -227,6 +232,8 @@ def test_build_emits_datasets_resumes_and_shards(tmp_path, monkeypatch):
         assert len({tuple(sorted(r)) for r in data}) <= 1, f"{name}: every row must have the same columns"
     assert rows["sft.jsonl"] and rows["infill_tasks.jsonl"]
     assert all(r["speedup"] >= 1.5 for r in rows["sft.jsonl"])
+    for r in rows["infill_tasks.jsonl"]:  # each verdict landed on its own pair, though reported out of order
+        assert r["speedup"] == 0.5 + sum(r["cuda_code"].encode()) % 7 * 0.5
     assert rows["sft.jsonl"][0]["prompt"].startswith("<|im_start|>user\n")
     assert rows["sft.jsonl"][0]["response"].startswith("```python\n")
     levels = [r["level"] for r in rows["e2e_tasks.jsonl"]]
@@ -255,8 +262,7 @@ def _torch_has_cuda_headers() -> bool:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_compile_only_build_end_to_end(tmp_path):
     pytest.importorskip("dice_copilot.validator", reason="validator package not available")
-    args = _build_args(tmp_path, "--compile-only", "--limit", "3", "--generators", "activation", "--scale", "0.02",
-                       "--batch-size", "3")
+    args = _build_args(tmp_path, "--compile-only", "--limit", "3", "--generators", "activation", "--scale", "0.02")
     assert args.run(args) == 0
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["mode"] == "compile_only" and "not applied" in stats["speedup_filter"]

@@ -128,3 +128,49 @@ def test_a_header_missing_inside_the_toolkit_is_blamed_on_the_machine_not_the_ke
     assert _missing_toolkit_header(torch_side) == ("cusparse.h", "ATen/cuda/CUDAContextLight.h")
     # A header the candidate itself includes is the candidate's error.
     assert _missing_toolkit_header("/tmp/build/cuda.cu:3:10: fatal error: mine.h: No such file or directory") is None
+
+
+# ---------------------------------------------------------------- the pool's stream of verdicts
+
+def _numbered(count: int, pulled: list[int]):
+    for i in range(count):
+        pulled.append(i)
+        yield REFERENCE, HONEST.replace("2.0f * x[i]", f"{i}.0f * x[i]")
+
+
+def _number_of(work) -> int:
+    return int(work.candidate.source.split(".0f * x[i]")[0].rsplit(" ", 1)[-1])
+
+
+def test_the_pool_reads_a_stream_lazily_and_reports_verdicts_as_they_are_ready(tmp_path, monkeypatch):
+    pool = _pool(tmp_path)
+
+    def compile_slower_for_earlier(work):  # stands in for compiles of different lengths
+        time.sleep(0.1 * (2 - _number_of(work) % 3))
+        work.verdict.stage, work.verdict.passed, work.verdict.details["n"] = "compile", True, _number_of(work)
+
+    monkeypatch.setattr(pool, "_static_and_compile", compile_slower_for_earlier)
+    pulled: list[int] = []
+    stream = pool.validate_iter(_numbered(9, pulled), max_in_flight=3)
+    first = next(stream)
+    assert pulled == [0, 1, 2]  # no more than max_in_flight read before the first verdict
+    reported = [first, *stream]
+    assert sorted(i for i, _ in reported) == list(range(9))
+    assert all(v.details["n"] == i for i, v in reported)  # each verdict is its own item's
+    assert [i for i, _ in reported] != list(range(9))  # the quick ones were not held back by slower ones
+    pool.shutdown()
+
+
+def test_a_validator_fault_fails_that_verdict_and_the_others_go_on(tmp_path, monkeypatch):
+    pool = _pool(tmp_path)
+
+    def compile_or_fail(work):
+        if _number_of(work) == 3:
+            raise OSError("No space left on device")
+        work.verdict.stage, work.verdict.passed = "compile", True
+
+    monkeypatch.setattr(pool, "_static_and_compile", compile_or_fail)
+    verdicts = pool.validate_many(list(_numbered(6, [])))
+    assert [v.passed for v in verdicts] == [True, True, True, False, True, True]
+    assert verdicts[3].failure_code == "validator_error" and "No space left on device" in verdicts[3].failure
+    pool.shutdown()

@@ -63,9 +63,10 @@ FAKE_COMPILER = textwrap.dedent('''\
         open(os.environ["FAKE_CALLS"], "a").write(source + "\\n")
     if "-fuse-ld=gold" in args and os.environ.get("FAKE_GOLD_BROKEN"):
         sys.exit("collect2: fatal error: cannot find 'ld'")
-    if "torch/csrc/utils/pybind.h" in text and "torch::nn::" in text:  # C++ frontend code without extension.h
-        sys.exit(source + ":2:5: error: 'torch::nn' has not been declared")
     lines = text.splitlines()
+    if "torch::nn::" in text and "torch/extension.h" not in text:  # C++ frontend code without extension.h
+        sys.exit(f"{{source}}:{{next(i for i, l in enumerate(lines, 1) if 'torch::nn::' in l)}}:5: error: "
+                 "'torch::nn' has not been declared")
     if source == "host.cpp" and "HOST_BUG" in text:  # an error in the candidate's own host code
         sys.exit(f"host.cpp:{{next(i for i, l in enumerate(lines, 1) if 'HOST_BUG' in l)}}:5: error: 'HOST_BUG' "
                  "was not declared in this scope")
@@ -201,6 +202,41 @@ def test_the_host_unit_starts_with_load_inlines_cuda_prelude(fake_builder):
     assert host.startswith("\n".join(c.text for c in cuda[:3])) and "torch/types.h" in cuda[0].text
     assert "torch/extension.h" not in host
     assert _pch_base(host) == "torch/types.h"
+
+
+# What models write: the CUDA source includes the C++ frontend header itself.
+WITH_EXTENSION_H = HONEST.replace('kernel = """\n', 'kernel = """\n#include <torch/extension.h>\n')
+
+
+def test_host_code_is_compiled_without_the_cpp_frontend_header_it_includes(fake_builder, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
+    result = fake_builder.build(_spec(WITH_EXTENSION_H))
+    assert result.ok and result.strategy == "split", result.log
+    host = (Path(result.so_path).parent / "host.cpp").read_text()
+    assert "torch/extension.h" not in host and _pch_base(host) == "torch/types.h"
+    assert (tmp_path / "calls").read_text().split().count("host.cpp") == 1
+    # the include is blanked in place: the candidate's lines keep their numbers in the host unit
+    as_written = "\n".join(c.text for c in _device_and_host(WITH_EXTENSION_H)[2].host)
+    assert as_written.replace("#include <torch/extension.h>", "") in host
+
+
+def test_host_code_that_needs_the_cpp_frontend_is_built_as_written(fake_builder, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
+    source = WITH_EXTENSION_H.replace("auto y = torch::empty_like(x);",
+                                      "auto y = torch::nn::functional::relu(torch::empty_like(x));")
+    result = fake_builder.build(_spec(source))
+    assert result.ok and result.strategy == "split", result.log
+    assert "#include <torch/extension.h>" in (Path(result.so_path).parent / "host.cpp").read_text()
+    assert (tmp_path / "calls").read_text().split().count("host.cpp") == 2  # without the header, then with it
+
+
+def test_candidates_that_differ_only_in_nvcc_flags_share_the_host_objects(fake_builder):
+    first = fake_builder.build(_spec(HONEST))
+    o3 = fake_builder.build(_spec(HONEST.replace('functions=["twice"])', 'functions=["twice"], '
+                                                                          'extra_cuda_cflags=["-O3"])')))
+    assert first.ok and o3.ok and o3.strategy == "split", o3.log
+    assert sorted(o3.compiled_units) == ["kernels.cu", "module.cpp"] and "-O3" in o3.log
+    assert sorted(o3.reused_units) == ["host.cpp", "main.cpp"]
 
 
 # A declaration type the signature glue does not spell: these builds keep load_inline's glue.

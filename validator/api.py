@@ -4,7 +4,6 @@ cores -> correctness and timing in one worker process per GPU)."""
 from __future__ import annotations
 
 import atexit
-import os
 import queue
 import re
 import secrets
@@ -14,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .compile import CompileConfig, ExtensionBuilder
+from .compile import CompileConfig, ExtensionBuilder, usable_cpus
 from .problem import Candidate, InputError, Problem
 from .verdict import Diagnostic, TimingStats, Verdict
 from .worker import WorkerError, WorkerProcess
@@ -106,7 +105,8 @@ class ValidatorPool:
         self.builder = ExtensionBuilder(self.compile_config)
         self.device = "cpu" if run_on_cpu else "cuda"
         self.gpus = [None] if run_on_cpu else list(range(cuda_device_count())) if gpus is None else list(gpus)
-        self._compile_pool = ThreadPoolExecutor(compile_workers or os.cpu_count() or 2,
+        self._compile_workers = compile_workers or usable_cpus()
+        self._compile_pool = ThreadPoolExecutor(self._compile_workers,
                                                 thread_name_prefix="dice-compile")
         self._idle: queue.Queue[WorkerProcess] = queue.Queue()
         self._workers = [WorkerProcess(gpu_index=g) for g in self.gpus for _ in range(max(1, workers_per_gpu))]
@@ -140,23 +140,56 @@ class ValidatorPool:
         return self.validate_many([(problem, candidate)], policy, budget)[0]
 
     def validate_many(self, items, policy: str = "ide", budget: Budget | None = None) -> list[Verdict]:
-        """Verdicts for (problem, candidate) pairs, in order. Compiles run on all CPU cores while the GPUs check
-        the candidates compiled first."""
+        """Verdicts for (problem, candidate) pairs, in order, all of them in flight at once."""
+        items = list(items)
+        verdicts: list[Verdict | None] = [None] * len(items)
+        for index, verdict in self.validate_iter(items, policy, budget, max_in_flight=max(1, len(items))):
+            verdicts[index] = verdict
+        return verdicts
+
+    def validate_iter(self, items, policy: str = "ide", budget: Budget | None = None,
+                      max_in_flight: int | None = None):
+        """(index, verdict) for each (problem, candidate) of `items`, as each verdict is ready: compiles run on all
+        CPU cores while the GPUs check whichever candidates finished compiling first, with no barrier between
+        candidates. `items` is read lazily, at most `max_in_flight` (default: twice the compile threads) at a time,
+        so a long stream holds little memory and stops being read when the caller stops iterating (what is in
+        flight then finishes in the background, unreported)."""
         if policy not in ("ide", "strict"):
             raise InputError(f"policy must be 'ide' or 'strict', not {policy!r}")
         budget = budget or Budget()
-        works = [self._prepare(p, c, policy, budget) for p, c in items]
-        futures = [self._compile_pool.submit(self._static_and_compile, w) for w in works]
-        gpu_threads = []
-        for work, future in zip(works, futures):
-            future.result()
+        limit = max_in_flight or 2 * self._compile_workers
+        finished: queue.Queue = queue.Queue()
+
+        def gpu_stage(index: int, work: _Work) -> None:
+            try:
+                self._gpu_stage(work)
+            finally:
+                finished.put((index, work))
+
+        def compile_stage(index: int, work: _Work) -> None:
+            try:
+                self._static_and_compile(work)
+            except Exception as exc:  # noqa: BLE001 - a fault of the validator, not the candidate; the rest goes on
+                work.verdict.passed, work.verdict.failure_code = False, "validator_error"
+                work.verdict.failure = f"internal validator error: {type(exc).__name__}: {exc}"
+                work.needs_gpu = False
             if work.needs_gpu:
-                thread = threading.Thread(target=self._gpu_stage, args=(work,), daemon=True)
-                thread.start()
-                gpu_threads.append(thread)
-        for thread in gpu_threads:
-            thread.join()
-        return [w.verdict for w in works]
+                threading.Thread(target=gpu_stage, args=(index, work), daemon=True).start()
+            else:
+                finished.put((index, work))
+
+        pending = enumerate(items)
+        in_flight = 0
+        while True:
+            while in_flight < limit and (item := next(pending, None)) is not None:
+                index, (problem, candidate) = item
+                self._compile_pool.submit(compile_stage, index, self._prepare(problem, candidate, policy, budget))
+                in_flight += 1
+            if not in_flight:
+                return
+            index, work = finished.get()
+            in_flight -= 1
+            yield index, work.verdict
 
     def shutdown(self) -> None:
         self._closed = True

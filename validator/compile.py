@@ -53,6 +53,14 @@ FULL_TORCH_HEADER = "torch/extension.h"
 LIGHT_TORCH_HEADER = "torch/types.h"
 
 
+def usable_cpus() -> int:
+    """CPU cores this process may run on (a `taskset` or container limit, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def default_cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "dice-copilot" / "build")
 
@@ -143,7 +151,10 @@ class _TorchFlags:
     cflags: tuple[str, ...]
     cuda_cflags: tuple[str, ...]
     ldflags: tuple[str, ...]
-    signature: str
+    signature: str  # every flag: what a whole build's cache key follows
+    # the g++ units' flags only: what precompiled headers and glue objects follow, so candidates that differ only in
+    # their nvcc or linker flags (e.g. extra_cuda_cflags=["-O3"]) share them
+    host_signature: str
 
 
 @functools.lru_cache(maxsize=32)
@@ -182,7 +193,8 @@ def torch_flags(arch: str, with_cuda: bool, extra_cflags: tuple, extra_cuda_cfla
     cflags, cuda_cflags = split("cflags"), split("cuda_cflags")
     signature = hashlib.sha256(json.dumps([torch.__version__, arch, cflags, cuda_cflags, ldflags,
                                            _tool_version("nvcc"), _tool_version("c++")]).encode()).hexdigest()
-    return _TorchFlags(cflags, cuda_cflags, tuple(["-shared", *ldflags]), signature)
+    host_signature = hashlib.sha256(json.dumps([torch.__version__, cflags, _tool_version("c++")]).encode()).hexdigest()
+    return _TorchFlags(cflags, cuda_cflags, tuple(["-shared", *ldflags]), signature, host_signature)
 
 
 def _drop_missing_libraries(ldflags: list[str]) -> list[str]:
@@ -473,31 +485,12 @@ class ExtensionBuilder:
             else:
                 # load_inline's own prelude of CUDA sources (torch/types.h, cuda.h, cuda_runtime.h): the host code
                 # sees exactly the declarations it sees in the KernelBench layout.
-                host_chunks = cuda_chunks[:3] + split.host
-                # The pybind11 glue (main.cpp): bound by signature when the declarations allow it (one glue object
-                # for every candidate with these function types), else load_inline's main.cpp with the light
-                # prelude, and as load_inline writes it if only that glue fails (its C++ needs more of torch).
-                options = [(glue, glue_name, host_chunks, None) for glue in _glue_variants(cpp_chunks)]
                 bindings = None if module_name == glue_name else signature_bindings(spec)
-                if bindings:
-                    glue = _signature_glue(bindings)
-                    by_signature = _glue_name(glue, flags)
-                    options.insert(0, (glue, by_signature, host_chunks + [_binding_aliases(bindings)], bindings))
-                for glue_chunks, unit_glue_name, host, bound in options:
-                    units = [("main.cpp", glue_chunks, "cxx"), ("host.cpp", host, "cxx"),
-                             ("kernels.cu", split.device, "cubin")]
-                    result = self._compile_and_link(module_name, unit_glue_name, build_dir, so_path, deadline, flags,
-                                                    f"-DTORCH_EXTENSION_NAME={unit_glue_name}", use_pch, units,
-                                                    strategy="split", cubin_flags=cubin_flags, bindings=bound)
-                    if result.ok or _kernel_error_is_final(result):
-                        break
-                    # The signature glue only speeds things up: a failure that may come from it (an error
-                    # without a candidate line, e.g. in the generated pointers) is retried with load_inline's glue;
-                    # errors in the candidate's own lines go straight to the load_inline layout below.
-                    errors = [d for d in result.diagnostics if d.severity == "error"]
-                    if bound is not None and errors and all(d.line is not None for d in errors):
-                        break
-                    if bound is None and result.failed_units != ["main.cpp"]:
+                for host in _host_variants(split.host):
+                    result = self._build_split(module_name, glue_name, build_dir, so_path, deadline, flags, use_pch,
+                                               cpp_chunks, cuda_chunks[:3] + host, split.device, cubin_flags,
+                                               bindings)
+                    if result.ok or _kernel_error_is_final(result) or not _may_need_frontend(result):
                         break
                 if result.ok or _kernel_error_is_final(result):
                     return result
@@ -506,6 +499,33 @@ class ExtensionBuilder:
         result = self._compile_and_link(module_name, glue_name, build_dir, so_path, deadline, flags, define,
                                         use_pch, units, strategy="full")
         result.log = log_prefix + result.log
+        return result
+
+    def _build_split(self, module_name, glue_name, build_dir, so_path, deadline, flags, use_pch, cpp_chunks,
+                     host_chunks, device_chunks, cubin_flags, bindings) -> BuildResult:
+        """The split layout with one host unit: the pybind11 glue (main.cpp) bound by signature when the
+        declarations allow it (one glue object for every candidate with these function types), else load_inline's
+        main.cpp with the light prelude, and as load_inline writes it if only that glue fails (its C++ needs more
+        of torch). Returns the last attempt."""
+        options = [(glue, glue_name, host_chunks, None) for glue in _glue_variants(cpp_chunks)]
+        if bindings:
+            glue = _signature_glue(bindings)
+            options.insert(0, (glue, _glue_name(glue, flags), host_chunks + [_binding_aliases(bindings)], bindings))
+        for glue_chunks, unit_glue_name, host, bound in options:
+            units = [("main.cpp", glue_chunks, "cxx"), ("host.cpp", host, "cxx"), ("kernels.cu", device_chunks, "cubin")]
+            result = self._compile_and_link(module_name, unit_glue_name, build_dir, so_path, deadline, flags,
+                                            f"-DTORCH_EXTENSION_NAME={unit_glue_name}", use_pch, units,
+                                            strategy="split", cubin_flags=cubin_flags, bindings=bound)
+            if result.ok or _kernel_error_is_final(result):
+                break
+            # The signature glue only speeds things up: a failure that may come from it (an error without a
+            # candidate line, e.g. in the generated pointers) is retried with load_inline's glue; errors in the
+            # candidate's own lines end the attempt.
+            errors = [d for d in result.diagnostics if d.severity == "error"]
+            if bound is not None and errors and all(d.line is not None for d in errors):
+                break
+            if bound is None and result.failed_units != ["main.cpp"]:
+                break
         return result
 
     def _sources(self, spec: ExtensionSpec) -> tuple[list[_Chunk], list[_Chunk]]:
@@ -641,7 +661,7 @@ class ExtensionBuilder:
         suffix = hashlib.sha256("|".join(extra_headers).encode()).hexdigest()[:8] if extra_headers else "base"
         if base != FULL_TORCH_HEADER:
             suffix += "-" + re.sub(r"\W", "_", base)
-        return Path(self.config.cache_dir) / "pch" / f"{flags.signature[:32]}-{suffix}"
+        return Path(self.config.cache_dir) / "pch" / f"{flags.host_signature[:32]}-{suffix}"
 
     def prepare_common_headers(self) -> list[bool]:
         """Precompile the torch headers most candidates start with (a one-time cost per machine and torch)."""
@@ -676,7 +696,7 @@ class ExtensionBuilder:
                     self._run_units([(cmd, obj, source.name)], deadline, folder, {})
                 return self._object_cache_path(cmd, source.read_bytes()).exists()
 
-        with ThreadPoolExecutor(max(1, min(len(signatures), os.cpu_count() or 1))) as pool:
+        with ThreadPoolExecutor(max(1, min(len(signatures), usable_cpus()))) as pool:
             return list(pool.map(prebuild, signatures))
 
     def build_pch(self, flags: _TorchFlags | None = None, extra_headers: tuple[str, ...] = (),
@@ -723,6 +743,14 @@ def _kernel_error_is_final(result: BuildResult) -> bool:
                    for d in errors)
 
 
+def _may_need_frontend(result: BuildResult) -> bool:
+    """Whether a split build's host unit failed in a way the C++-frontend headers could fix (an unknown name or
+    overload), so it is worth building as written; other errors go straight to the load_inline layout."""
+    return "host.cpp" in result.failed_units and any(
+        re.search(r"not declared|not been declared|not a member|does not name|no matching|not a template|incomplete type", d.message)
+        for d in result.diagnostics if d.severity == "error")
+
+
 # Headers worth precompiling along with the torch header a unit starts with, when it includes them up front: torch's
 # CUDA headers, and the pybind11 glue's light prelude.
 GLUE_HEADERS = ("torch/csrc/utils/pybind.h", "torch/csrc/Exceptions.h")  # casters; wrap_pybind_function
@@ -747,9 +775,19 @@ def _glue_variants(cpp_chunks: list[_Chunk]) -> list[list[_Chunk]]:
     return [light, cpp_chunks]
 
 
+def _host_variants(host: list[_Chunk]) -> list[list[_Chunk]]:
+    """Host-unit texts to try, fastest first: without the C++-frontend includes (torch/extension.h and the like),
+    then as written. Host code beside kernels rarely needs more than the prelude's torch/types.h (tensors, ATen,
+    factories, TORCH_CHECK), and torch/extension.h costs a g++ unit ~3x its time, precompiled or not (see
+    FULL_TORCH_HEADER). Code that needs the frontend fails to compile without it and is built as written. Each
+    include is blanked in place, so line numbers stay the candidate's."""
+    light = [_Chunk(_FRONTEND_INCLUDE.sub("", c.text), c.origin) for c in host]
+    return [light, host] if any(a.text != b.text for a, b in zip(light, host)) else [host]
+
+
 def _glue_name(glue_chunks: list[_Chunk], flags: "_TorchFlags") -> str:
     """The glue's extension name: a hash of its text and flags, so equal glues share one object file."""
-    digest = hashlib.sha256(("\n".join(c.text for c in glue_chunks) + flags.signature).encode()).hexdigest()
+    digest = hashlib.sha256(("\n".join(c.text for c in glue_chunks) + flags.host_signature).encode()).hexdigest()
     return f"dice_{digest[:24]}"
 
 
@@ -998,7 +1036,7 @@ def _file_lock(path: Path):
 def build_many(builder: ExtensionBuilder, specs: list[ExtensionSpec], max_workers: int | None = None,
                timeout_s: float | None = None) -> list[BuildResult]:
     """Build several extensions at once (each build runs its compilers as subprocesses)."""
-    workers = max(1, min(len(specs), max_workers or os.cpu_count() or 1))
+    workers = max(1, min(len(specs), max_workers or usable_cpus()))
     with ThreadPoolExecutor(workers) as ex:
         return list(ex.map(lambda s: builder.build(s, timeout_s), specs))
 

@@ -49,10 +49,9 @@ def register_train(train_subparsers) -> None:
     build.add_argument("--seed", type=int, default=0, help="built-in: generation seed")
     build.add_argument("--heldout-families", type=_names, default=None,
                        help="families to hold out for evaluation (default: chosen among rare families)")
-    build.add_argument("--batch-size", type=int, default=48, help="pairs per validator call (48)")
     build.add_argument("--timing-trials", type=int, default=100, help="timed calls per model (100)")
     build.add_argument("--max-seconds", type=float, default=None,
-                       help="stop starting new validation batches this many seconds after the build started; "
+                       help="stop starting new validations this many seconds after the build started; "
                             "rerun to resume")
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
     build.set_defaults(run=run_build_command)
@@ -73,7 +72,7 @@ def run_build_command(args) -> int:
     config = BuildConfig(out=args.out, source=args.source, min_speedup=args.min_speedup, shard_index=args.shard[0],
                          shard_count=args.shard[1], limit=args.limit, compile_only=args.compile_only,
                          decontaminate=args.decontaminate, decontam_threshold=args.decontam_threshold,
-                         dedup_threshold=args.dedup_threshold, batch_size=max(1, args.batch_size),
+                         dedup_threshold=args.dedup_threshold,
                          generators=args.generators, scale=args.scale, seed=args.seed,
                          heldout_families=args.heldout_families, timing_trials=args.timing_trials,
                          max_seconds=args.max_seconds,

@@ -35,14 +35,13 @@ class BuildConfig:
     decontaminate: Path | None = None  # benchmark checkout (e.g. KernelBench) to check n-gram overlap against
     decontam_threshold: float = 0.5  # exclude pairs sharing at least this share of their n-grams with it
     dedup_threshold: float = 0.9  # near-duplicate when problem and candidate shingle similarity both reach this
-    batch_size: int = 48  # pairs per validator call (the pool compiles a batch in parallel)
     generators: list[str] | None = None  # built-in generators to use (default: all)
     scale: float = 1.0  # built-in: multiply every generator's target count
     seed: int = 0  # built-in: generation seed
     heldout_families: list[str] | None = None  # None: chosen deterministically among the rare families
     drop_flags: tuple[str, ...] = MISLEADING_FLAGS
     timing_trials: int = 100
-    # Stop starting new validation batches this long after the build started (generation and dedup included),
+    # Stop starting new validations this long after the build started (generation and dedup included),
     # so that a run under a wall-clock limit ends with its results written; rerun to resume.
     max_seconds: float | None = None
     progress: bool = True
@@ -155,7 +154,8 @@ class ValidationRun:
 
 def validate_pending(pending: list[PairRecord], store: ResultStore, config: BuildConfig,
                      deadline: float | None = None) -> ValidationRun:
-    """Validate pairs in batches and store each verdict."""
+    """Validate pairs as a stream (compiles on every core while the GPUs check pairs compiled earlier) and store
+    each verdict as it arrives; no new pair starts after `deadline`."""
     stage_seconds: dict[str, float] = {}
     if not pending:
         return ValidationRun()
@@ -171,29 +171,22 @@ def validate_pending(pending: list[PairRecord], store: ResultStore, config: Buil
         pool.builder.prepare_common_headers()
     start = time.perf_counter()
     done = 0
+
+    def until_deadline():
+        for r in pending:
+            if deadline is not None and time.perf_counter() > deadline:
+                return  # out of time: what is stored so far is kept, a rerun continues from here
+            yield r.pytorch_code, r.cuda_code
+
     try:
         with _progress(len(pending), config.progress, "validating") as bar:
-            for lo in range(0, len(pending), config.batch_size):
-                if deadline is not None and time.perf_counter() > deadline:
-                    break  # out of time: what is stored so far is kept, a rerun continues from here
-                batch = pending[lo:lo + config.batch_size]
-                t0 = time.perf_counter()
-                try:
-                    verdicts = pool.validate_many([(r.pytorch_code, r.cuda_code) for r in batch], policy="strict",
-                                                  budget=budget)
-                    rows = [{"uid": r.uid, "verdict": _compact(json.loads(v.to_json()))} for r, v in zip(batch, verdicts)]
-                except Exception as exc:  # the validator itself failed: record it, keep going with the next batch
-                    rows = [{"uid": r.uid, "verdict": {"passed": False, "failure_code": "validator_error",
-                                                        "failure": f"{type(exc).__name__}: {exc}"}} for r in batch]
-                seconds = (time.perf_counter() - t0) / len(batch)
-                for row in rows:
-                    row["seconds"] = round(seconds, 3)
-                    row["mode"] = store.mode
-                    for stage, spent in row["verdict"].get("stage_times", {}).items():
-                        stage_seconds[stage] = stage_seconds.get(stage, 0.0) + spent
-                store.append(rows)
-                done += len(batch)
-                bar.update(len(batch))
+            for index, verdict in pool.validate_iter(until_deadline(), policy="strict", budget=budget):
+                row = {"uid": pending[index].uid, "verdict": _compact(json.loads(verdict.to_json())), "mode": store.mode}
+                for stage, spent in verdict.stage_times.items():
+                    stage_seconds[stage] = stage_seconds.get(stage, 0.0) + spent
+                store.append([row])
+                done += 1
+                bar.update(1)
     finally:
         pool.shutdown()
     per_pair = {stage: round(total / done, 3) for stage, total in sorted(stage_seconds.items())} if done else {}

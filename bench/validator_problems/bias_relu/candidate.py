@@ -3,6 +3,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
+#include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 __global__ void bias_relu_kernel(const float* __restrict__ x, const float* __restrict__ bias, float* __restrict__ y, long n, int cols) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -3,6 +3,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
+#include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 // Pass 1: one partial sum per block; pass 2: one block sums the partials (deterministic order).
 __global__ void mse_partial_kernel(const float* __restrict__ p, const float* __restrict__ t, float* __restrict__ partial, long n) {

@@ -3,6 +3,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
+#include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 // One block of 256 threads per row; block-wide reductions through shared memory.
 __device__ float block_sum(float v, float* shared) {

@@ -3,6 +3,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
+#include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 __global__ void scaled_add_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -3,6 +3,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cuda_source = r"""
+#include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #define TILE 32
 
