@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .compile import CompileConfig, ExtensionBuilder, usable_cpus
+from .kernel_split import GLOBAL_KERNEL
 from .problem import Candidate, InputError, Problem
 from .verdict import Diagnostic, TimingStats, Verdict
 from .worker import WorkerError, WorkerProcess
@@ -292,7 +293,7 @@ class ValidatorPool:
             if result.so_path:
                 work.prebuilt[spec.content_key()] = {"module_name": result.module_name, "so_path": result.so_path}
             for text in spec.cuda_sources:
-                work.kernel_names += re.findall(r"__global__[^(]*?\b(\w+)\s*\(", text)
+                work.kernel_names += GLOBAL_KERNEL.findall(text)
         verdict.compiler_log = "\n".join(logs)
         verdict.cached_build = cached
         verdict.stage_times["compile"] = time.monotonic() - start

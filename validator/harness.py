@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -24,6 +25,7 @@ import torch  # noqa: E402  (after the secret is gone from the environment)
 from torch.utils import _pytree as pytree  # noqa: E402
 
 from .compile import CompileConfig, ExtensionBuilder  # noqa: E402
+from .kernel_split import GLOBAL_KERNEL  # noqa: E402
 from .problem import ExtensionSpec  # noqa: E402
 
 # Trusted references captured before any candidate code runs; re-checked after every job (monkey-patching defence).
@@ -144,9 +146,8 @@ class ExtensionLoader:
         return self._import(ExtensionSpec.from_call_kwargs("load", kwargs, read_file=self._read))
 
     def _import(self, spec: ExtensionSpec):
-        import re
         for text in spec.cuda_sources:
-            self.kernel_names.update(re.findall(r"__global__[^(]*?\b(\w+)\s*\(", text))
+            self.kernel_names.update(GLOBAL_KERNEL.findall(text))
         entry = self.prebuilt.get(spec.content_key())
         if entry is None:
             self.channel.phase("compile", self.compile_timeout_s + 5)
@@ -462,12 +463,48 @@ class Job:
                 first_inputs = pristine
                 self._null_model_probe(module, reference, ref_out, pristine)
             self._check_inputs_untouched(cand_inputs, ref_inputs, f"trial {trial + 1}")
-            abs_e, rel_e = compare_outputs(cand_out, ref_out, cand_inputs, self.budget,
-                                           f"trial {trial + 1} ({variant} inputs)", relax_atol=variant != "base")
+            try:
+                abs_e, rel_e = compare_outputs(cand_out, ref_out, cand_inputs, self.budget,
+                                               f"trial {trial + 1} ({variant} inputs)", relax_atol=variant != "base")
+            except CandidateFailure as failure:
+                # Only the extra trials' value checks may be excused, and only by the reference's own error.
+                if variant == "base" or "max_abs_error" not in failure.details or \
+                        not self._as_accurate_as_reference(reference, pristine, cand_out, ref_out):
+                    raise
+                abs_e, rel_e = failure.details["max_abs_error"], failure.details["max_rel_error"]
             self.max_abs = [max(a, b) for a, b in zip(self.max_abs, abs_e)] if self.max_abs else abs_e
             self.max_rel = [max(a, b) for a, b in zip(self.max_rel, rel_e)] if self.max_rel else rel_e
             del cand_out, ref_out
         self._check_determinism(candidate, first_inputs, call_timeout)
+
+    def _as_accurate_as_reference(self, reference, inputs, cand_out, ref_out) -> bool:
+        """The extra trials scale inputs to where the reference's own rounding can pass the tolerance (float16
+        sums of values in the hundreds, attention scores in the thousands), so a kernel that keeps more precision
+        than the reference fails it. Against the reference run in float64, such a kernel is no further off than
+        the reference itself plus the tolerance; one that is wrong is."""
+        try:
+            exact_model = copy.deepcopy(reference).double()
+            with torch.no_grad():
+                exact = exact_model(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                                      for x in _clone(inputs)])
+        except Exception:  # noqa: BLE001 - no float64 run (an op without it, out of memory): the failure stands
+            return False
+        leaves = [pytree.tree_leaves(t) for t in (cand_out, ref_out, exact)]
+        if len({len(group) for group in leaves}) != 1:
+            return False
+        for o, r, e in zip(*leaves):
+            if not (isinstance(r, torch.Tensor) and r.is_floating_point() and isinstance(e, torch.Tensor)):
+                continue  # other outputs passed or failed the comparison on their own
+            if o.shape != r.shape or e.shape != r.shape:
+                return False
+            atol, rtol, _ = tolerances(r.dtype, self.budget)
+            finite = torch.isfinite(r)
+            atol *= max(1.0, float(r[finite].double().pow(2).mean().sqrt())) if finite.any() else 1.0
+            e = e.double()[finite]
+            own_error = (r.double()[finite] - e).abs()
+            if ((o.double()[finite] - e).abs() > atol + rtol * e.abs() + own_error).any():
+                return False
+        return True
 
     def _check_inputs_untouched(self, cand_inputs, ref_inputs, label):
         for i, (c, r) in enumerate(zip(cand_inputs, ref_inputs)):

@@ -2,7 +2,8 @@
 (torch glue for g++ with a precompiled header). `<<<...>>>` launches in host code become calls to generated
 launchers in the host file, which load the embedded cubin once with the CUDA runtime's library API and launch with
 cudaLaunchKernel, the same entry point `<<<>>>` uses. Kernels get C linkage in the kernels file so the launchers find
-them by their source name.
+them by their source name. A templated kernel becomes a __device__ function template, and each instantiation the
+host code launches (`k<64, float><<<...>>>`) a C-linkage kernel that calls it, carrying the kernel's launch bounds.
 
 Any construct the split cannot handle safely raises SplitError and the caller compiles the source unsplit."""
 
@@ -16,6 +17,9 @@ from .problem import SourceSegment
 _TORCH_WORDS = re.compile(r"\b(torch|at|c10|pybind11|py|AT_DISPATCH\w*|TORCH_\w+|C10_\w+)\b")
 _HOST_ONLY_INCLUDE = re.compile(r'#\s*include\s*[<"](torch/|ATen/|c10/|pybind11/|Python\.h)')
 _DEVICE_WORDS = re.compile(r"\b(__global__|__device__|__constant__|__shared__|__managed__)\b")
+# A __global__ function's name, with or without __launch_bounds__ (before or after the return type) and qualifiers.
+GLOBAL_KERNEL = re.compile(
+    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:[\w:<>,*&]+\s+)*?(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 _KERNEL_DEF = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+)*void\s+"
                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 LAUNCH_PREFIX = "__dice_launch_"
@@ -38,6 +42,16 @@ class _Item:
 
 
 @dataclass
+class _Template:
+    """A templated kernel: its template parameters (name, default, whether a type) and its parameter list."""
+
+    params: list[tuple[str, str | None, bool]]
+    kernel_params: str
+    launch_bounds: str | None
+    instances: dict[str, str] = field(default_factory=dict)  # template arguments as written -> wrapper kernel
+
+
+@dataclass
 class SplitSources:
     """The two generated units: host chunks (torch glue + launchers) and device chunks (kernels, C linkage)."""
 
@@ -53,7 +67,8 @@ def split_host_device(chunks) -> SplitSources:
     items: list[_Item] = []
     for chunk in chunks:
         items += _top_level_items(chunk.text, chunk.origin)
-    kernels: dict[str, list[str]] = {}
+    kernels: dict[str, str] = {}  # name -> parameter list
+    templates: dict[str, _Template] = {}
     device_symbols: set[str] = set()
     for item in items:
         if item.directive:
@@ -66,20 +81,26 @@ def split_host_device(chunks) -> SplitSources:
                 raise SplitError("device code inside a namespace or extern block")
             match = _KERNEL_DEF.search(body)
             if match:
-                if re.match(r"\s*template\b", body):
-                    raise SplitError(f"templated kernel {match.group(1)}")
-                if match.group(1) in kernels:
+                if match.group(1) in kernels or match.group(1) in templates:
                     raise SplitError(f"kernel {match.group(1)} is declared more than once (a prototype or an "
                                      f"overload): C linkage for the cubin lookup needs exactly one definition")
                 if not re.search(r"\)\s*\{", body[match.end() - 1:]):
                     raise SplitError(f"kernel {match.group(1)} is declared without a body here")
-                kernels[match.group(1)] = _parameter_list(body, match.end() - 1)
+                if re.match(r"\s*template\b", body):
+                    templates[match.group(1)] = _template_of(body, match)
+                else:
+                    kernels[match.group(1)] = _parameter_list(body, match.end() - 1)
             elif not re.search(r"\)\s*(const\s*)?\{", body):  # a __device__/__constant__ variable
                 device_symbols.update(re.findall(r"(\w+)\s*(?:\[[^\]]*\])*\s*(?:=[^;]*)?;", body))
 
+    # Instantiations first (the loader's table of names is written before the code that launches them).
+    for item in items:
+        if not item.directive and not _DEVICE_WORDS.search(_strip_comments_and_strings(item.text)):
+            _collect_instances(_strip_comments_and_strings(item.text), templates, kernels)
     if not kernels:
         raise SplitError("no __global__ kernel found")
     names = list(kernels)
+    all_kernels = set(kernels) | set(templates)
     host = [_Chunk("#include <cuda_runtime.h>")]
     device = [_Chunk("#include <cuda_runtime.h>")]
     support = _Chunk(_launch_support(names))
@@ -101,7 +122,14 @@ def split_host_device(chunks) -> SplitSources:
         body = _strip_comments_and_strings(item.text)
         if _DEVICE_WORDS.search(body):
             match = _KERNEL_DEF.search(body)
-            if match:
+            if match and match.group(1) in templates:
+                template = templates[match.group(1)]
+                device.append(_Chunk(_as_device_function(item.text, match.group(1)), chunk.origin))
+                device += [_Chunk(_instance_kernel(match.group(1), template, args, wrapper))
+                           for args, wrapper in template.instances.items()]
+                host += [_Chunk(_launcher_definition(wrapper, kernels[wrapper], names.index(wrapper)))
+                         for wrapper in template.instances.values()]
+            elif match:
                 name = match.group(1)
                 device.append(_Chunk(_with_c_linkage(item.text, name), chunk.origin))
                 host.append(_Chunk(_launcher_definition(name, kernels[name], names.index(name))))
@@ -113,15 +141,15 @@ def split_host_device(chunks) -> SplitSources:
             raise SplitError("host code uses a __device__/__constant__ symbol")
         is_function = re.search(r"\)\s*(const\s*)?(noexcept\s*)?\{", body) is not None
         if is_function or _TORCH_WORDS.search(body):
-            rewritten = _rewrite_launches(item.text, kernels)
-            other_uses = set(kernels) & set(re.findall(r"\w+", _strip_comments_and_strings(rewritten)))
+            rewritten = _rewrite_launches(item.text, kernels, templates)
+            other_uses = all_kernels & set(re.findall(r"\w+", _strip_comments_and_strings(rewritten)))
             if other_uses:
                 # cudaFuncSetAttribute(k, ...), occupancy queries, taking k's address: need the real symbol.
                 raise SplitError(f"host code uses kernel {sorted(other_uses)[0]} other than launching it")
             host.append(_Chunk(rewritten, chunk.origin))
         else:
-            if set(kernels) & words:
-                raise SplitError(f"a declaration outside functions names kernel {sorted(set(kernels) & words)[0]}")
+            if all_kernels & words:
+                raise SplitError(f"a declaration outside functions names kernel {sorted(all_kernels & words)[0]}")
             host.append(chunk)
             device.append(chunk)
     if not support_placed:
@@ -318,14 +346,17 @@ def _launcher_definition(kernel: str, params: str, index: int) -> str:
 _LAUNCH = re.compile(r"\b(\w+)\s*(<[^<>;]*>)?\s*<<<")
 
 
-def _rewrite_launches(text: str, kernels: dict[str, list[str]]) -> str:
-    """`k<<<g, b, s, st>>>(args)` -> `__dice_launch_k(g, b, s, st, args)`, keeping the line count unchanged."""
+def _rewrite_launches(text: str, kernels: dict[str, str], templates: dict[str, _Template]) -> str:
+    """`k<<<g, b, s, st>>>(args)` -> `__dice_launch_k(g, b, s, st, args)` (for `k<T, 4><<<...>>>`, the launcher of
+    that instantiation's kernel), keeping the line count unchanged."""
     out, pos = [], 0
     for match in _LAUNCH.finditer(text):
         if match.start() < pos:
             continue
         name = match.group(1)
-        if name not in kernels or match.group(2):
+        if name in templates and match.group(2) and _normalized(match.group(2)[1:-1]) in templates[name].instances:
+            name = templates[name].instances[_normalized(match.group(2)[1:-1])]
+        elif name not in kernels or match.group(2):
             raise SplitError(f"launch of {name} is not a plain launch of a kernel defined here")
         end_config = text.find(">>>", match.end())
         if end_config < 0:
@@ -349,6 +380,81 @@ def _rewrite_launches(text: str, kernels: dict[str, list[str]]) -> str:
         pos = args_end + 1
     out.append(text[pos:])
     return "".join(out)
+
+
+def _normalized(template_args: str) -> str:
+    return re.sub(r"\s+", " ", template_args.strip())
+
+
+def _template_of(body: str, match: re.Match) -> _Template:
+    """The template parameters, kernel parameters and launch bounds of a templated kernel definition."""
+    head = body[:match.start()]
+    opening = head.find("<", re.search(r"\btemplate\b", head).end())
+    depth, closing = 0, None
+    for j in range(opening, len(head)):
+        depth += {"<": 1, ">": -1}.get(head[j], 0)
+        if depth == 0:
+            closing = j
+            break
+    if opening < 0 or closing is None:
+        raise SplitError(f"templated kernel {match.group(1)}: template parameter list not understood")
+    params = []
+    for param in split_top_commas(head[opening + 1:closing]):
+        declared, _, default = param.partition("=")
+        found = re.fullmatch(r"\s*(typename|class|[\w:]+(?:\s+[\w:]+)*)\s+(\w+)\s*", declared)
+        if found is None or "..." in param:
+            raise SplitError(f"templated kernel {match.group(1)}: template parameter '{param.strip()}' not understood")
+        params.append((found.group(2), default.strip() or None, found.group(1) in ("typename", "class")))
+    bounds = re.search(r"__launch_bounds__\s*\(", body[:match.end()])
+    launch_bounds = body[bounds.end():_matching_paren(body, bounds.end() - 1)] if bounds else None
+    return _Template(params, _parameter_list(body, match.end() - 1), launch_bounds)
+
+
+def _collect_instances(host_code: str, templates: dict[str, _Template], kernels: dict[str, str]) -> None:
+    """Each distinct `k<args><<<` of a templated kernel becomes an instance kernel (added to `kernels`)."""
+    for match in _LAUNCH.finditer(host_code):
+        template = templates.get(match.group(1))
+        if template is None:
+            continue
+        if not match.group(2):
+            raise SplitError(f"launch of templated kernel {match.group(1)} leaves its template arguments to deduction")
+        args = _normalized(match.group(2)[1:-1])
+        if args not in template.instances:
+            wrapper = f"__dice_{match.group(1)}_{len(template.instances)}"
+            template.instances[args] = wrapper
+            kernels[wrapper] = _substituted(template.kernel_params, template, args, match.group(1))
+
+
+def _substituted(text: str, template: _Template, args: str, kernel: str) -> str:
+    """`text` with the template's parameters replaced by `args` (then by their defaults)."""
+    given = split_top_commas(args)
+    if len(given) > len(template.params):
+        raise SplitError(f"launch of {kernel}<{args}> has more template arguments than the kernel")
+    for k, (name, default, is_type) in enumerate(template.params):
+        value = given[k].strip() if k < len(given) else default
+        if value is None:
+            raise SplitError(f"launch of {kernel}<{args}> leaves template parameter {name} to deduction")
+        text = re.sub(rf"\b{name}\b", value if is_type else f"({value})", text)
+    return text
+
+
+def _as_device_function(text: str, kernel: str) -> str:
+    """A templated kernel's definition as a __device__ function template (its instance kernels call it); launch
+    bounds move to the instance kernels. Line numbers stay the same."""
+    head_end = re.search(rf"\b{re.escape(kernel)}\s*\(", text).start()
+    head = re.sub(r"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)",
+                  lambda m: re.sub(r"[^\n]", " ", m.group(0)), text[:head_end])
+    head = _KERNEL_QUALIFIERS.sub(lambda m: " " * len(m.group(0)), head)
+    return re.sub(r"\b__global__\b", "__device__ __forceinline__", head) + text[head_end:]
+
+
+def _instance_kernel(kernel: str, template: _Template, args: str, wrapper: str) -> str:
+    """The C-linkage kernel of one instantiation: the template's parameters, launch bounds and body."""
+    decls, names = _named_parameters(_substituted(template.kernel_params, template, args, kernel))
+    bounds = "" if template.launch_bounds is None else \
+        f"__launch_bounds__({_substituted(template.launch_bounds, template, args, kernel)}) "
+    return (f'extern "C" __global__ void {bounds}{wrapper}({", ".join(decls)}) '
+            f'{{ {kernel}<{args}>({", ".join(names)}); }}')
 
 
 def _matching_paren(text: str, open_index: int, unclosed: str = "unbalanced parentheses in a kernel launch") -> int:

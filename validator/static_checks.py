@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from .kernel_split import GLOBAL_KERNEL
+
 POLICIES = ("ide", "strict")
 
 # Every Finding.code, with what it guards against (spec §2 row or §5.1 rule).
@@ -1249,8 +1251,6 @@ _CPP_DYNAMIC_PATTERNS = [
      "loads a native library at run time", "build kernels only through the extension's own sources"),
 ]
 _METHOD_CALL = re.compile(r"\.\s*(\w+)\s*\(")
-_GLOBAL_KERNEL = re.compile(
-    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:[\w:<>,*&]+\s+)*?(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 _LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;]*(?:<[^<>;]*>[^<>;]*)*>)?\s*<<<(.*?)>>>", re.S)
 _LAUNCH_API = re.compile(r"\b(?:cudaLaunchKernel\w*|cudaLaunchCooperativeKernel\w*|cuLaunchKernel\w*)\s*\(([^;]*);", re.S)
 _STATIC_VARIABLE = re.compile(
@@ -1354,7 +1354,7 @@ class _CudaScanner:
         texts = list(texts)
         stripped = [(t, _strip_comments(t.text)) for t in texts]
         for text, code in stripped:
-            for match in _GLOBAL_KERNEL.finditer(code):
+            for match in GLOBAL_KERNEL.finditer(code):
                 self.kernels.setdefault(match.group(1), text.line_of(match.start(), "__global__"))
         functions_by_text = []
         for text, code in stripped:
