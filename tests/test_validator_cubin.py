@@ -475,6 +475,9 @@ def test_real_split_build_embeds_the_cubin_and_exports_its_own_init(real_builds)
         exported = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True).stdout
         assert f"PyInit_{result.module_name}" in exported
         assert "dice_kernels_cubin" not in exported  # hidden: never interposed between two loaded builds
+        # linked against the empty stand-ins, yet needing the real torch libraries (the import test loads them)
+        needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True).stdout
+        assert "link-stubs" in result.log and "[libc10.so]" in needed and "[libtorch_cpu.so]" in needed
         cubin = (so.parent / "kernels.cubin").read_bytes()
         assert cubin[:4] == b"\x7fELF" and b".text.twice_kernel" in cubin and b".text.fill_kernel" in cubin
         assert cubin in so.read_bytes()

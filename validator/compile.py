@@ -582,8 +582,9 @@ class ExtensionBuilder:
                 failed_units += [] if ok else [module_file.name]
         if ok and self.config.link:
             linking = time.monotonic()
+            stubs = self._link_stubs(flags)
             for linker in dict.fromkeys((_fast_linker(), ())):  # gold when present; the default if gold fails
-                link = [self.config.cxx, *linker, *objects, *flags.ldflags, "-o", so_path.name]
+                link = [self.config.cxx, *linker, *objects, *stubs, *flags.ldflags, "-o", so_path.name]
                 rc, out = run_with_deadline(link, deadline, build_dir)
                 log += f"\n$ {shlex.join(link)}\n{out}"
                 if rc == 0:
@@ -663,6 +664,21 @@ class ExtensionBuilder:
             suffix += "-" + re.sub(r"\W", "_", base)
         return Path(self.config.cache_dir) / "pch" / f"{flags.host_signature[:32]}-{suffix}"
 
+    def _link_stubs(self, flags: _TorchFlags) -> list[str]:
+        """Linker flags that put empty stand-ins of the torch and CUDA libraries first on the search path: each has
+        its library's soname and no symbols, so the extension records the same needed libraries (resolved when it is
+        imported into a process that loaded torch, as before) while the linker skips reading the real libraries'
+        symbol tables, most of a link's time (~0.3 s of ~0.35 s on the H200 machine). [] where they cannot be
+        made; the link then reads the real libraries."""
+        folder = Path(self.config.cache_dir) / "link-stubs" / flags.signature[:32]
+        ready, failed = folder / "ready", folder / "failed"
+        if not ready.exists() and not failed.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            with self._pch_lock, _file_lock(folder / ".lock"):
+                if not ready.exists() and not failed.exists():
+                    (ready if _make_link_stubs(folder, flags.ldflags, self.config.cxx) else failed).touch()
+        return ["-Wl,--no-as-needed", f"-L{folder}"] if ready.exists() else []
+
     def prepare_common_headers(self) -> list[bool]:
         """Precompile the torch headers most candidates start with (a one-time cost per machine and torch)."""
         flags = torch_flags(self.arch, True, (), (), (), ())
@@ -721,6 +737,25 @@ class ExtensionBuilder:
             except CompileTimeout:
                 return False
             return gch.exists()
+
+
+def _make_link_stubs(folder: Path, ldflags: tuple[str, ...], cxx: str) -> bool:
+    """One empty shared library per `-lNAME` of `ldflags`, named as the real one and with its soname."""
+    dirs = [f[2:] for f in ldflags if f.startswith("-L")]
+    for name in (f[2:] for f in ldflags if f.startswith("-l")):
+        real = next((Path(d, f"lib{name}.so") for d in dirs if Path(d, f"lib{name}.so").exists()), None)
+        if real is None:
+            continue  # a system library: found as before
+        try:
+            dynamic = subprocess.run(["readelf", "-d", str(real)], capture_output=True, text=True, timeout=60)
+            soname = re.search(r"Library soname: \[([^\]]+)\]", dynamic.stdout)
+            made = soname and subprocess.run([cxx, "-shared", "-x", "c++", "/dev/null", f"-Wl,-soname,{soname[1]}",
+                                              "-o", str(folder / f"lib{name}.so")], capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        if not made or made.returncode != 0:
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
