@@ -164,3 +164,15 @@ def test_scaled_input_trials_excuse_only_the_references_own_rounding():
     assert precise.passed, precise.failure
     assert precise.max_abs_error[0] > 0.01  # against the float16 reference: beyond atol, within its own error
     assert not clamping.passed and clamping.failure_code == "incorrect" and "(base inputs)" not in clamping.failure
+
+
+@pytest.mark.parametrize("cand_event, cand_wall, ref_event, ref_wall, flagged", [
+    (0.01, 1.20, 1.00, 1.06, True),  # the work runs on a side stream: the host waits for it, the events do not
+    (0.013, 0.12, 0.09, 0.13, False),  # a tiny kernel on a busy host: its call costs what the reference's does
+    (0.01, 0.50, 0.20, 0.60, False),  # the reference shows the same gap: the host, not the candidate
+    (0.50, 0.60, 1.00, 1.05, False),  # within 1.5x of its GPU time
+])
+def test_host_time_beyond_gpu_time_flags_hidden_work_only_beyond_the_references(cand_event, cand_wall, ref_event,
+                                                                                ref_wall, flagged):
+    from dice_copilot.validator.harness import looks_like_hidden_work
+    assert looks_like_hidden_work(cand_event, cand_wall, ref_event, ref_wall) is flagged
