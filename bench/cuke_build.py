@@ -2,13 +2,17 @@
 per level, and the build throughput in pairs per GPU-minute, against the targets (6,000 pairs, 200 per GPU-minute).
 
 Resumable: results live in --work; run it again (e.g. under a 10-minute command limit with --max-seconds 500) and it
-continues where it stopped. Example:
+continues where it stopped. Across machines (a GPU session starts bare), --progress names the verdicts of earlier
+runs (bench/cuke_progress.jsonl.gz, committed): they are restored first, and all verdicts so far are written next
+to --out as cuke_progress.jsonl.gz, to commit in its place. Examples:
     python bench/cuke_build.py --work /tmp/cuke_work --out $OUT/cuke_build.json --limit 600 --max-seconds 480
+    python bench/cuke_build.py --out $OUT/cuke_build.json --scale 2.3 --progress bench/cuke_progress.jsonl.gz
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import sys
@@ -30,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop starting new validations this long after the build started")
     parser.add_argument("--timing-trials", type=int, default=50)
     parser.add_argument("--decontaminate", type=Path, default=None, help="a KernelBench checkout, if present")
+    parser.add_argument("--progress", type=Path, default=None, help="verdicts of earlier runs to restore (.jsonl.gz)")
     args = parser.parse_args(argv)
 
     import torch
@@ -38,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     if gpu == "none":
         print("no CUDA device: this benchmark measures GPU validation; run it on the GPU machine", file=sys.stderr)
+    if args.progress is not None and args.progress.exists():
+        restored = args.work / "results" / "gpu-shard-restored.jsonl"
+        restored.parent.mkdir(parents=True, exist_ok=True)
+        restored.write_bytes(gzip.decompress(args.progress.read_bytes()))
     config = BuildConfig(out=args.work, min_speedup=args.min_speedup, scale=args.scale, limit=args.limit,
                          max_seconds=args.max_seconds, timing_trials=args.timing_trials,
                          decontaminate=args.decontaminate, progress=False, compile_only=gpu == "none")
@@ -86,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("stats.md", "speedup_hist.png"):
         if (args.work / name).exists():
             shutil.copy(args.work / name, args.out.parent / f"cuke_{name}")
-    # the per-pair verdicts, so a later run on a fresh machine can resume (copy them back into --work/results)
-    shutil.copytree(args.work / "results", args.out.parent / "cuke_results", dirs_exist_ok=True)
+    # every verdict so far, one file: what a later run on a fresh machine resumes from (--progress)
+    files = sorted((args.work / "results").glob("gpu-shard-*.jsonl"))
+    rows = b"".join(text[:text.rfind(b"\n") + 1] for text in (path.read_bytes() for path in files))  # whole lines
+    (args.out.parent / "cuke_progress.jsonl.gz").write_bytes(gzip.compress(rows))
     return 0
 
 

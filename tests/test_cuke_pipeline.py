@@ -308,3 +308,11 @@ def test_build_excludes_pairs_copied_from_the_benchmark(tmp_path, monkeypatch):
     assert stats["rejection_reasons"]["benchmark_overlap"] == len(excluded)
     kept_ids = {json.loads(line)["id"] for line in (tmp_path / "out" / "sft.jsonl").read_text().splitlines()}
     assert not kept_ids & {row["id"] for row in excluded}
+
+
+def test_stored_verdicts_keep_a_compiler_log_only_where_the_build_failed():
+    log = "$ nvcc ...\n" * 500
+    failed = pipeline._compact({"stage": None, "passed": False, "failure_code": "compile_error", "compiler_log": log})
+    assert failed["compiler_log"].startswith("[...]") and len(failed["compiler_log"]) <= 2005
+    timed = pipeline._compact({"stage": "timed", "passed": True, "compiler_log": log})
+    assert timed["compiler_log"] == ""

@@ -3,6 +3,8 @@ run by the same harness: wrong answers, hangs and crashes give failed verdicts a
 
 import argparse
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -176,3 +178,22 @@ def test_host_time_beyond_gpu_time_flags_hidden_work_only_beyond_the_references(
                                                                                 ref_wall, flagged):
     from dice_copilot.validator.harness import looks_like_hidden_work
     assert looks_like_hidden_work(cand_event, cand_wall, ref_event, ref_wall) is flagged
+
+
+def test_a_worker_low_on_thread_keys_is_replaced_after_its_job():
+    # In a process of its own: the check must see the keys that imports and profiler sessions took for good.
+    script = textwrap.dedent('''
+        import ctypes
+        from dice_copilot.validator import harness
+        libc, key, taken = ctypes.CDLL(None), ctypes.c_uint(), []
+        assert not harness.thread_keys_running_out()
+        while libc.pthread_key_create(ctypes.byref(key), None) == 0:
+            taken.append(key.value)
+        for value in taken[:10]:
+            libc.pthread_key_delete(ctypes.c_uint(value))
+        assert harness.thread_keys_running_out()  # 10 left, fewer than the spare 64
+        assert not harness.thread_keys_running_out(spare=10)  # and counting gave them all back
+        print("ok")
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

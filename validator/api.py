@@ -17,7 +17,7 @@ from .compile import CompileConfig, ExtensionBuilder, usable_cpus
 from .kernel_split import GLOBAL_KERNEL
 from .problem import Candidate, InputError, Problem
 from .verdict import Diagnostic, TimingStats, Verdict
-from .worker import WorkerError, WorkerProcess
+from .worker import FRESH_WORKER_FAILURES, WorkerError, WorkerProcess
 
 NO_DEVICE = "not run: no CUDA device"
 # A job that waited this long for its worker to come up paid for a process start (an idle worker answers in us).
@@ -350,8 +350,9 @@ class ValidatorPool:
             self._replace(worker)
             return
         fresh = fresh or worker.last_start_s > FRESH_WORKER_WAIT_S
-        if result.get("failure_code") == "stale_extension":
-            # Built inside the worker under a name it had already imported: judge it again in a fresh process.
+        if result.get("failure_code") in FRESH_WORKER_FAILURES:
+            # A name the worker had imported from another build, or a worker out of thread keys: judge the
+            # candidate again in a fresh process.
             worker, fresh = self._swap(worker), True
             try:
                 result = worker.run_job(job, budget.total_timeout_s + budget.compile_timeout_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -16,7 +17,7 @@ import time
 import traceback
 import types
 
-from .worker import FDS_ENV, SECRET_ENV, read_message, write_message
+from .worker import FDS_ENV, FRESH_WORKER_FAILURES, SECRET_ENV, read_message, write_message
 
 # Read and remove the secret before anything else can see it; per-job seeds are derived from it.
 _SECRET = os.environ.pop(SECRET_ENV, "") or os.urandom(16).hex()
@@ -166,7 +167,13 @@ class ExtensionLoader:
         loader = importlib.machinery.ExtensionFileLoader(entry["module_name"], entry["so_path"])
         module_spec = importlib.util.spec_from_file_location(entry["module_name"], entry["so_path"], loader=loader)
         module = importlib.util.module_from_spec(module_spec)
-        loader.exec_module(module)
+        try:
+            loader.exec_module(module)
+        except ImportError as exc:
+            if "TSS key" in str(exc):  # pybind11 found no pthread key left: the worker's fault, not the candidate's
+                raise CandidateFailure("worker_exhausted", f"this worker process ran out of thread keys importing "
+                                                           f"{entry['module_name']}") from exc
+            raise
         return module
 
 
@@ -740,6 +747,31 @@ def _cuda_is_healthy() -> bool:
         return False
 
 
+# pthread keys are a per-process budget (1,024 with glibc). Imported extensions and profiler sessions can each hold
+# one for good: a CuKe build's worker ran out after some hundred candidates, so that the next import failed ("could
+# not initialize the TSS key") or aborted. A worker with fewer than this many left is replaced after its job.
+SPARE_THREAD_KEYS = 64
+
+
+def thread_keys_running_out(spare: int = SPARE_THREAD_KEYS) -> bool:
+    """Whether fewer than `spare` pthread keys are left in this process (found by creating and deleting them)."""
+    try:
+        create, delete = _LIBC.pthread_key_create, _LIBC.pthread_key_delete
+    except AttributeError:  # not a glibc-like C library: nothing to watch
+        return False
+    keys, key = [], ctypes.c_uint()
+    try:
+        while len(keys) < spare and create(ctypes.byref(key), None) == 0:
+            keys.append(key.value)
+    finally:
+        for value in keys:
+            delete(ctypes.c_uint(value))
+    return len(keys) < spare
+
+
+_LIBC = ctypes.CDLL(None)
+
+
 def _run_job(msg: dict, channel: Channel) -> dict:
     global _DEVICE
     _DEVICE = msg.get("device", "cuda")
@@ -753,7 +785,7 @@ def _run_job(msg: dict, channel: Channel) -> dict:
         outcome.update(passed=True)
     except CandidateFailure as failure:
         outcome = {"passed": False, "failure_code": failure.code, "failure": str(failure), **failure.details}
-        recycle = failure.code == "stale_extension" or not _cuda_is_healthy()
+        recycle = failure.code in FRESH_WORKER_FAILURES or not _cuda_is_healthy()
     except torch.cuda.OutOfMemoryError as exc:
         outcome = {"passed": False, "failure_code": "runtime_error", "failure": f"GPU out of memory: {exc}"[:600]}
         recycle = not _cuda_is_healthy()
@@ -772,6 +804,7 @@ def _run_job(msg: dict, channel: Channel) -> dict:
         job.flags.append("changed_tf32_flags")
         recycle = True
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    recycle = recycle or thread_keys_running_out()
     outcome.update(event="result", flags=job.flags, stage_times=job.stage_times, details=job.details,
                    recycle=recycle)
     if _on_gpu():

@@ -20,6 +20,9 @@ from pathlib import Path
 
 SECRET_ENV = "DICE_VALIDATOR_SECRET"
 FDS_ENV = "DICE_VALIDATOR_FDS"
+# Failures that say nothing of the candidate (a module name this process imported from another build, no thread keys
+# left): the pool judges the candidate again in a fresh worker.
+FRESH_WORKER_FAILURES = ("stale_extension", "worker_exhausted")
 STARTUP_TIMEOUT_S = 120.0
 
 

@@ -135,9 +135,12 @@ def _progress(total: int, enabled: bool, desc: str):
 
 
 def _compact(verdict: dict, log_chars: int = 2000) -> dict:
-    """Keep the stored verdict small: the tail of the compiler log is what says why a build failed."""
+    """Keep the stored verdict small: the tail of the compiler log is what says why a build failed; a build that
+    succeeded keeps none (its commands are in the build details)."""
     log = verdict.get("compiler_log") or ""
-    if len(log) > log_chars:
+    if verdict.get("stage") not in (None, "static", "compile") or verdict.get("passed"):
+        verdict["compiler_log"] = ""
+    elif len(log) > log_chars:
         verdict["compiler_log"] = "[...]" + log[-log_chars:]
     return verdict
 
