@@ -6,7 +6,7 @@ continues where it stopped. Across machines (a GPU session starts bare), --progr
 runs (bench/cuke_progress.jsonl.gz, committed): they are restored first, and all verdicts so far are written next
 to --out as cuke_progress.jsonl.gz, to commit in its place. Examples:
     python bench/cuke_build.py --work /tmp/cuke_work --out $OUT/cuke_build.json --limit 600 --max-seconds 480
-    python bench/cuke_build.py --out $OUT/cuke_build.json --scale 2.3 --progress bench/cuke_progress.jsonl.gz
+    python bench/cuke_build.py --out $OUT/cuke_build.json --scale 2.5 --progress bench/cuke_progress.jsonl.gz
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@
 #                 `sft-multi --steps 40` (`--skip-fp32`: bf16 only; `--diagnose`: also FSDP2 in bf16 gather/reduce)
 #   server        bench/server_latency.py (issue 4)
 #   cuke          bench/cuke_build.py on a 600-pair sample (issue 6): throughput and stage breakdown
-#   cuke-corpus   bench/cuke_build.py on the whole built-in corpus at --scale 2.3, resuming from the committed
+#   cuke-corpus   bench/cuke_build.py on the whole built-in corpus at --scale 2.5, resuming from the committed
 #                 bench/cuke_progress.jsonl.gz; commit the returned cuke_progress.jsonl.gz in its place
 set -uo pipefail
 part=${1:?usage: bench/gpu_session.sh PART [bench arguments] (see the comment at the top)}
@@ -50,7 +50,7 @@ case "$part" in
     cuke)         timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \
                       --limit 600 --max-seconds $((limit - 110)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
     cuke-corpus)  timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \
-                      --scale 2.3 --progress bench/cuke_progress.jsonl.gz --max-seconds $((limit - 60)) "$@" 2>&1 \
+                      --scale 2.5 --progress bench/cuke_progress.jsonl.gz --max-seconds $((limit - 60)) "$@" 2>&1 \
                       | tee "$out/$tag.log" | tail -40 ;;
     *)            echo "unknown part: $part" >&2; exit 2 ;;
 esac
