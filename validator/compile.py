@@ -524,7 +524,8 @@ class ExtensionBuilder:
             glue = _signature_glue(bindings)
             options.insert(0, (glue, _glue_name(glue, flags), host_chunks + [_binding_aliases(bindings)], bindings))
         for glue_chunks, unit_glue_name, host, bound in options:
-            units = [("main.cpp", glue_chunks, "cxx"), ("host.cpp", host, "cxx"), ("kernels.cu", device_chunks, "cubin")]
+            units = [("main.cpp", glue_chunks, "cxx"), ("host.cpp", host, "cxx"),
+                     ("kernels.cu", device_chunks, "cubin")]
             result = self._compile_and_link(module_name, unit_glue_name, build_dir, so_path, deadline, flags,
                                             f"-DTORCH_EXTENSION_NAME={unit_glue_name}", use_pch, units,
                                             strategy="split", cubin_flags=cubin_flags, bindings=bound)
@@ -793,9 +794,9 @@ def _kernel_error_is_final(result: BuildResult) -> bool:
 def _may_need_frontend(result: BuildResult) -> bool:
     """Whether a split build's host unit failed in a way the C++-frontend headers could fix (an unknown name or
     overload), so it is worth building as written; other errors go straight to the load_inline layout."""
-    return "host.cpp" in result.failed_units and any(
-        re.search(r"not declared|not been declared|not a member|does not name|no matching|not a template|incomplete type", d.message)
-        for d in result.diagnostics if d.severity == "error")
+    unknown = r"not declared|not been declared|not a member|does not name|no matching|not a template|incomplete type"
+    return "host.cpp" in result.failed_units and any(re.search(unknown, d.message) for d in result.diagnostics
+                                                     if d.severity == "error")
 
 
 # Headers worth precompiling along with the torch header a unit starts with, when it includes them up front: torch's

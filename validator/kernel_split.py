@@ -18,8 +18,8 @@ _TORCH_WORDS = re.compile(r"\b(torch|at|c10|pybind11|py|AT_DISPATCH\w*|TORCH_\w+
 _HOST_ONLY_INCLUDE = re.compile(r'#\s*include\s*[<"](torch/|ATen/|c10/|pybind11/|Python\.h)')
 _DEVICE_WORDS = re.compile(r"\b(__global__|__device__|__constant__|__shared__|__managed__)\b")
 # A __global__ function's name, with or without __launch_bounds__ (before or after the return type) and qualifiers.
-GLOBAL_KERNEL = re.compile(
-    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:[\w:<>,*&]+\s+)*?(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+GLOBAL_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:[\w:<>,*&]+\s+)*?"
+                           r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 _KERNEL_DEF = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+)*void\s+"
                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 LAUNCH_PREFIX = "__dice_launch_"

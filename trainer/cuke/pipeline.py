@@ -184,7 +184,8 @@ def validate_pending(pending: list[PairRecord], store: ResultStore, config: Buil
     try:
         with _progress(len(pending), config.progress, "validating") as bar:
             for index, verdict in pool.validate_iter(until_deadline(), policy="strict", budget=budget):
-                row = {"uid": pending[index].uid, "verdict": _compact(json.loads(verdict.to_json())), "mode": store.mode}
+                row = {"uid": pending[index].uid, "verdict": _compact(json.loads(verdict.to_json())),
+                       "mode": store.mode}
                 for stage, spent in verdict.stage_times.items():
                     stage_seconds[stage] = stage_seconds.get(stage, 0.0) + spent
                 store.append([row])
