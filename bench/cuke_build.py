@@ -38,12 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from dice_copilot.trainer.cuke.pipeline import BuildConfig, run_build
+    from dice_copilot.trainer.cuke.pipeline import BuildConfig, ResultStore, run_build
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     if gpu == "none":
         print("no CUDA device: this benchmark measures GPU validation; run it on the GPU machine", file=sys.stderr)
-    if args.progress is not None and args.progress.exists():
+    if args.progress is not None and args.progress.exists():  # named as ResultStore finds a shard's verdicts
         restored = args.work / "results" / "gpu-shard-restored.jsonl"
         restored.parent.mkdir(parents=True, exist_ok=True)
         restored.write_bytes(gzip.decompress(args.progress.read_bytes()))
@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         if (args.work / name).exists():
             shutil.copy(args.work / name, args.out.parent / f"cuke_{name}")
     # every verdict so far, one file: what a later run on a fresh machine resumes from (--progress)
-    files = sorted((args.work / "results").glob("gpu-shard-*.jsonl"))
-    rows = b"".join(text[:text.rfind(b"\n") + 1] for text in (path.read_bytes() for path in files))  # whole lines
-    (args.out.parent / "cuke_progress.jsonl.gz").write_bytes(gzip.compress(rows))
+    rows = ResultStore(args.work, 0, 1, "gpu").load_all().values()
+    (args.out.parent / "cuke_progress.jsonl.gz").write_bytes(
+        gzip.compress("".join(json.dumps(row) + "\n" for row in rows).encode()))
     return 0
 
 

@@ -120,7 +120,7 @@ def test_the_workers_warm_up_verdict_passes():
     assert outcome["stage_times"]["correct"] > 0
 
 
-HALF_REFERENCE = textwrap.dedent('''
+HALF_MODULE = textwrap.dedent('''
     import torch
 
     class Model(torch.nn.Module):
@@ -129,7 +129,7 @@ HALF_REFERENCE = textwrap.dedent('''
             self.bias = torch.nn.Parameter(0.5 * torch.randn(dim).half())
 
         def forward(self, x):
-            return torch.log_softmax(x + self.bias, dim=-1).clamp(-1.0, 1.0)
+            HALF_FORWARD
 
     def get_inputs():
         return [torch.randn(64, 512).half()]
@@ -137,6 +137,7 @@ HALF_REFERENCE = textwrap.dedent('''
     def get_init_inputs():
         return [512]
 ''')
+HALF_REFERENCE_FORWARD = "return torch.log_softmax(x + self.bias, dim=-1).clamp(-1.0, 1.0)"
 
 HALF_CANDIDATES = {
     # keeps x + bias in float32, as a fused kernel would: off the float16 reference by its rounding on x100 inputs
@@ -149,20 +150,11 @@ HALF_CANDIDATES = {
 @pytest.mark.slow
 def test_scaled_input_trials_excuse_only_the_references_own_rounding():
     budget = Budget(call_timeout_s=5, timing=False)
-    candidate = textwrap.dedent('''
-        import torch
-
-        class ModelNew(torch.nn.Module):
-            def __init__(self, dim):
-                super().__init__()
-                self.bias = torch.nn.Parameter(0.5 * torch.randn(dim).half())
-
-            def forward(self, x):
-                BODY
-    ''')
+    reference = HALF_MODULE.replace("HALF_FORWARD", HALF_REFERENCE_FORWARD)
+    candidate = HALF_MODULE.replace("class Model(", "class ModelNew(")  # the same module, another forward
     with ValidatorPool(run_on_cpu=True) as pool:
-        precise, clamping = (pool.validate(HALF_REFERENCE, candidate.replace("BODY", HALF_CANDIDATES[name]), "ide",
-                                           budget) for name in ("more_precise", "clamps_inputs"))
+        precise, clamping = (pool.validate(reference, candidate.replace("HALF_FORWARD", HALF_CANDIDATES[name]),
+                                           "ide", budget) for name in ("more_precise", "clamps_inputs"))
     assert precise.passed, precise.failure
     assert precise.max_abs_error[0] > 0.01  # against the float16 reference: beyond atol, within its own error
     assert not clamping.passed and clamping.failure_code == "incorrect" and "(base inputs)" not in clamping.failure

@@ -311,7 +311,7 @@ def compare_outputs(out, ref, inputs: list, budget: dict, label: str, relax_atol
             continue
         atol, rtol, rel_l2_tol = tolerances(r.dtype, budget)
         if relax_atol:
-            atol *= max(1.0, float(r[torch.isfinite(r)].double().pow(2).mean().sqrt())) if r.numel() else 1.0
+            atol = _relaxed_atol(atol, r)
         finite_o, finite_r = torch.isfinite(o), torch.isfinite(r)
         if not torch.equal(finite_o, finite_r):
             bad = int((finite_o != finite_r).sum())
@@ -333,6 +333,12 @@ def compare_outputs(out, ref, inputs: list, budget: dict, label: str, relax_atol
                                                 f"(outputs are small; a near-constant answer is not enough)",
                                    max_abs_error=[max_abs], max_rel_error=[max_rel])
     return abs_errors, rel_errors
+
+
+def _relaxed_atol(atol: float, ref: torch.Tensor) -> float:
+    """atol grown with the reference's RMS (over its finite values), for the extra trials' scaled inputs."""
+    finite = ref[torch.isfinite(ref)]
+    return atol * max(1.0, float(finite.double().pow(2).mean().sqrt())) if finite.numel() else atol
 
 
 def _storage_range(t: torch.Tensor) -> tuple[int, int]:
@@ -505,8 +511,7 @@ class Job:
             if o.shape != r.shape or e.shape != r.shape:
                 return False
             atol, rtol, _ = tolerances(r.dtype, self.budget)
-            finite = torch.isfinite(r)
-            atol *= max(1.0, float(r[finite].double().pow(2).mean().sqrt())) if finite.any() else 1.0
+            atol, finite = _relaxed_atol(atol, r), torch.isfinite(r)
             e = e.double()[finite]
             own_error = (r.double()[finite] - e).abs()
             if ((o.double()[finite] - e).abs() > atol + rtol * e.abs() + own_error).any():
@@ -751,6 +756,7 @@ def _cuda_is_healthy() -> bool:
 # one for good: a CuKe build's worker ran out after some hundred candidates, so that the next import failed ("could
 # not initialize the TSS key") or aborted. A worker with fewer than this many left is replaced after its job.
 SPARE_THREAD_KEYS = 64
+_LIBC = ctypes.CDLL(None)
 
 
 def thread_keys_running_out(spare: int = SPARE_THREAD_KEYS) -> bool:
@@ -767,9 +773,6 @@ def thread_keys_running_out(spare: int = SPARE_THREAD_KEYS) -> bool:
         for value in keys:
             delete(ctypes.c_uint(value))
     return len(keys) < spare
-
-
-_LIBC = ctypes.CDLL(None)
 
 
 def _run_job(msg: dict, channel: Channel) -> dict:
