@@ -35,10 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timing-trials", type=int, default=50)
     parser.add_argument("--decontaminate", type=Path, default=None, help="a KernelBench checkout, if present")
     parser.add_argument("--progress", type=Path, default=None, help="verdicts of earlier runs to restore (.jsonl.gz)")
+    parser.add_argument("--export-only", action="store_true",
+                        help="only write the verdicts in --work so far next to --out (after a run that was cut off)")
     args = parser.parse_args(argv)
+    if args.export_only:
+        export_progress(args.work, args.out.parent / "cuke_progress.jsonl.gz")
+        return 0
 
     import torch
-    from dice_copilot.trainer.cuke.pipeline import BuildConfig, ResultStore, run_build
+    from dice_copilot.trainer.cuke.pipeline import BuildConfig, run_build
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     if gpu == "none":
@@ -49,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         restored.write_bytes(gzip.decompress(args.progress.read_bytes()))
     config = BuildConfig(out=args.work, min_speedup=args.min_speedup, scale=args.scale, limit=args.limit,
                          max_seconds=args.max_seconds, timing_trials=args.timing_trials,
-                         decontaminate=args.decontaminate, progress=False, compile_only=gpu == "none")
+                         decontaminate=args.decontaminate, compile_only=gpu == "none")
     started = time.perf_counter()
     stats = run_build(config)
     wall = time.perf_counter() - started
@@ -95,11 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("stats.md", "speedup_hist.png"):
         if (args.work / name).exists():
             shutil.copy(args.work / name, args.out.parent / f"cuke_{name}")
-    # every verdict so far, one file: what a later run on a fresh machine resumes from (--progress)
-    rows = ResultStore(args.work, 0, 1, "gpu").load_all().values()
-    (args.out.parent / "cuke_progress.jsonl.gz").write_bytes(
-        gzip.compress("".join(json.dumps(row) + "\n" for row in rows).encode()))
+    export_progress(args.work, args.out.parent / "cuke_progress.jsonl.gz")
     return 0
+
+
+def export_progress(work: Path, path: Path) -> None:
+    """Every verdict so far as one file: what a later run on a fresh machine resumes from (--progress)."""
+    from dice_copilot.trainer.cuke.pipeline import ResultStore
+
+    rows = ResultStore(work, 0, 1, "gpu").load_all().values()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress("".join(json.dumps(row) + "\n" for row in rows).encode()))
+    print(f"{len(rows)} verdicts written to {path}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -124,7 +124,8 @@ def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
     acc = torch.empty((parts, rows, head_dim), device=q.device, dtype=torch.float32)
     maxes = torch.empty((parts, rows), device=q.device, dtype=torch.float32)
     sums = torch.empty((parts, rows), device=q.device, dtype=torch.float32)
-    out = torch.empty((b, n_heads, n_queries, head_dim), device=q.device, dtype=q.dtype)
+    # Laid out [B, Q, Hq, D] (returned as its [B, Hq, Q, D] view): the caller's transpose back for o_proj is free.
+    out = torch.empty((b, n_queries, n_heads, head_dim), device=q.device, dtype=q.dtype).transpose(1, 2)
     mask = mask.to(torch.uint8)  # as bytes (a bool view does not lower in Inductor); 8 KB per row at 1k keys
     wrap_triton(_tile_kernel)[(n_tiles, b * n_kv_heads)](
         q, k, v, mask, acc, maxes, sums, n_keys, n_tiles, 1.0 / math.sqrt(head_dim),

@@ -148,3 +148,66 @@ def test_the_fused_attention_kernel_compiles_and_graph_captures_at_changing_leng
             out = compiled(q, k, v, mask, 8)
         graph.replay()
         torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,k,n,bias,norm,silu_mul,residual", [
+    (8, 2048, 4096, False, True, False, False),  # DICE-1.7B q/k/v of a batch-1 pass, input RMSNorm fused
+    (8, 2048, 2048, True, False, False, True),  # o_proj with a bias and the residual add
+    (8, 2048, 12288, False, True, True, False),  # gate/up with the post-attention norm and SiLU * up
+    (3, 6144, 2048, False, False, False, True),  # down_proj, 3 rows
+    (40, 200, 96, True, True, True, True),  # 64-row tile, K not a multiple of the K tile, every option at once
+    (17, 512, 40, False, False, False, False),  # N not a multiple of the N tile
+])
+def test_the_few_token_linear_kernel_matches_the_torch_ops(rows, k, n, bias, norm, silu_mul, residual):
+    from dice_copilot.model import network
+    from dice_copilot.model.linear_kernels import DEFAULT_CONFIG, few_token_linear
+
+    assert network.fused_few_token_linear is not None, "Triton should be importable on the GPU machine"
+    torch.manual_seed(0)
+    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(1, rows, k, **bf16)
+    weight = torch.randn(n, k, **bf16) / math.sqrt(k)
+    b = torch.randn(n, **bf16) if bias else None
+    rms = network.RMSNorm(k, 1e-6).to(**bf16) if norm else None
+    if rms is not None:
+        with torch.no_grad():
+            rms.weight.uniform_(0.5, 1.5)
+    res = torch.randn(1, rows, n // 2 if silu_mul else n, **bf16) if residual else None
+    want = network.linear_in_torch(x, weight, b, norm=rms, residual=res, silu_mul=silu_mul)
+    with torch.no_grad():
+        got = network.linear(x, weight, b, norm=rms, residual=res, silu_mul=silu_mul)
+        assert got.shape == want.shape and got.dtype == torch.bfloat16
+        torch.testing.assert_close(got, want, atol=3e-2, rtol=2e-2)
+        for config in ([16, 128, 4, 5], [32, 512, 8, 3], list(DEFAULT_CONFIG)):  # the bench's sweep corners
+            swept = few_token_linear(x, weight, b, None if rms is None else rms.weight, 1e-6, res, silu_mul, config)
+            torch.testing.assert_close(swept, want, atol=3e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_the_fused_layers_match_the_unfused_model_compiled_and_graph_captured():
+    from dice_copilot.model import network
+
+    assert network.fused_few_token_linear is not None, "Triton should be importable on the GPU machine"
+    torch.manual_seed(0)
+    config = DiceConfig.from_name("tiny", hidden_size=256, intermediate_size=512, attention_bias=True)
+    model = DiceForBlockDiffusion(config).to(device="cuda", dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.bias.uniform_(-0.5, 0.5)
+            layer.input_layernorm.weight.uniform_(0.5, 1.5)
+    fused = torch.compile(model, dynamic=True)
+    for batch, queries in ((1, 8), (3, 8), (5, 8), (2, 40)):  # 8 to 80 rows: every row tile, and torch past 64
+        ids = torch.randint(0, config.vocab_size, (batch, queries), device="cuda")
+        positions = torch.arange(queries, device="cuda")[None].expand(batch, -1)
+        with torch.no_grad():
+            for layer in model.model.layers:  # unfused: the modules as Qwen3 writes them
+                layer.self_attn.qkv = layer.mlp.gate_up = None
+            want = model(ids, positions).float()
+            model.fuse_projections()
+            fused(ids, positions)  # compile outside the capture
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                got = fused(ids, positions)
+            graph.replay()
+        torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)

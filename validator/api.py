@@ -149,12 +149,13 @@ class ValidatorPool:
         return verdicts
 
     def validate_iter(self, items, policy: str = "ide", budget: Budget | None = None,
-                      max_in_flight: int | None = None):
+                      max_in_flight: int | None = None, give_up_at: float | None = None):
         """(index, verdict) for each (problem, candidate) of `items`, as each verdict is ready: compiles run on all
         CPU cores while the GPUs check whichever candidates finished compiling first, with no barrier between
         candidates. `items` is read lazily, at most `max_in_flight` (default: twice the compile threads) at a time,
         so a long stream holds little memory and stops being read when the caller stops iterating (what is in
-        flight then finishes in the background, unreported)."""
+        flight then finishes in the background, unreported). give_up_at (a time.perf_counter() value): past it,
+        the stream ends without waiting for the verdicts still in flight (a run that must end by a deadline)."""
         if policy not in ("ide", "strict"):
             raise InputError(f"policy must be 'ide' or 'strict', not {policy!r}")
         budget = budget or Budget()
@@ -188,7 +189,11 @@ class ValidatorPool:
                 in_flight += 1
             if not in_flight:
                 return
-            index, work = finished.get()
+            try:
+                wait = None if give_up_at is None else max(0.0, give_up_at - time.perf_counter())
+                index, work = finished.get(timeout=wait)
+            except queue.Empty:
+                return
             in_flight -= 1
             yield index, work.verdict
 

@@ -131,7 +131,9 @@ def cached_dedup(out: Path, records: list[PairRecord], threshold: float) -> Dedu
 
 def _progress(total: int, enabled: bool, desc: str):
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="pair", disable=not enabled, file=sys.stderr, dynamic_ncols=True)
+    # Into a log file (not a terminal) a line every 30 s, so a log cut short still says how far the run got.
+    return tqdm(total=total, desc=desc, unit="pair", disable=not enabled, file=sys.stderr, dynamic_ncols=True,
+                mininterval=0.1 if sys.stderr.isatty() else 30)
 
 
 def _compact(verdict: dict, log_chars: int = 2000) -> dict:
@@ -153,6 +155,9 @@ class ValidationRun:
     stage_seconds_per_pair: dict[str, float] = field(default_factory=dict)  # where a build's time goes
     worker_replacements: int = 0  # worker processes restarted after a crash, hang or sticky CUDA error
     setup_seconds: float = 0.0  # precompiling the common torch headers: once per machine, not per pair
+
+
+DRAIN_SECONDS = 45
 
 
 def validate_pending(pending: list[PairRecord], store: ResultStore, config: BuildConfig,
@@ -183,7 +188,11 @@ def validate_pending(pending: list[PairRecord], store: ResultStore, config: Buil
 
     try:
         with _progress(len(pending), config.progress, "validating") as bar:
-            for index, verdict in pool.validate_iter(until_deadline(), policy="strict", budget=budget):
+            # Past the deadline, in-flight pairs get DRAIN_SECONDS to finish (a hung one must not hold up the
+            # run's report and the export of what was stored).
+            give_up = None if deadline is None else deadline + DRAIN_SECONDS
+            for index, verdict in pool.validate_iter(until_deadline(), policy="strict", budget=budget,
+                                                     give_up_at=give_up):
                 row = {"uid": pending[index].uid, "verdict": _compact(json.loads(verdict.to_json())),
                        "mode": store.mode}
                 for stage, spent in verdict.stage_times.items():
@@ -292,6 +301,9 @@ def run_build(config: BuildConfig) -> dict:
     store = ResultStore(out, config.shard_index, config.shard_count, mode)
     done = store.load_all()
     pending = [r for r in shard if r.uid not in done]
+    if config.progress:
+        print(f"{len(records)} pairs, {len(unique)} after dedup, {len(done)} validated before, {len(pending)} to "
+              f"validate ({time.perf_counter() - t_start:.0f} s so far)", file=sys.stderr, flush=True)
     deadline = t_start + config.max_seconds if config.max_seconds is not None else None
     validation = validate_pending(pending, store, config, deadline)
     validated, seconds, gpus = validation.validated, validation.seconds, validation.gpus
