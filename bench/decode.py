@@ -19,9 +19,8 @@ import torch
 from dice_copilot.model.config import DiceConfig
 from dice_copilot.model.engine import BlockDiffusionEngine, ContinuousBatcher
 from dice_copilot.model.masks import block_causal_mask
-from dice_copilot.model import network
-from dice_copilot.model.network import (DiceForBlockDiffusion, KVCache, RMSNorm, few_query_attention,
-                                        fused_few_query_attention, linear, linear_in_torch, small_query_attention)
+from dice_copilot.model.network import (DiceForBlockDiffusion, KVCache, few_query_attention,
+                                        fused_few_query_attention, small_query_attention)
 
 
 class _NoTokenizer:
@@ -111,63 +110,6 @@ def attention_us(config: DiceConfig, batch: int, context: int, device) -> dict:
             for _ in range(28):
                 fn(q, k, v, mask, config.num_key_value_heads)
         out[name] = cuda_time_ms(graph.replay, repeats=20) * 1e3 / 28
-    return out
-
-
-# (BLOCK_N, BLOCK_K, num_warps, num_stages) of linear_kernels swept by linear_us
-LINEAR_CONFIGS = [(16, 256, 4, 4), (16, 512, 4, 3), (16, 128, 4, 6), (32, 256, 4, 4), (32, 512, 8, 3),
-                  (16, 256, 2, 4), (64, 128, 4, 4)]
-
-
-def linear_us(config: DiceConfig, tokens: int, device, bandwidth_gbs: float) -> dict:
-    """One layer's four projections for `tokens` rows, each with its neighbours (input norm before q/k/v, residual
-    add after o_proj and down_proj, norm before and SiLU * up after gate/up): µs per layer as the few-token kernels
-    (network.linear, then each swept config) vs cuBLAS with Inductor's kernels around it (linear_in_torch,
-    compiled). Each is timed as a CUDA graph over 28 layers' distinct weights (no weight stays in L2), per
-    projection too, with the bandwidth that projection's weight bytes reach."""
-    from dice_copilot.model.linear_kernels import few_token_linear
-
-    h, n_qkv = config.hidden_size, (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim
-    bf16 = dict(device=device, dtype=torch.bfloat16)
-    shapes = {"qkv": (n_qkv, h), "o": (h, config.num_attention_heads * config.head_dim),
-              "gate_up": (2 * config.intermediate_size, h), "down": (h, config.intermediate_size)}
-    weights = {name: [torch.randn(shape, **bf16) * 0.02 for _ in range(28)] for name, shape in shapes.items()}
-    norm = RMSNorm(h, config.rms_norm_eps).to(**bf16)
-    x = torch.randn(1, tokens, h, **bf16)
-    inputs = {"qkv": x, "o": torch.randn(1, tokens, shapes["o"][1], **bf16), "gate_up": x,
-              "down": torch.randn(1, tokens, config.intermediate_size, **bf16)}
-    options = {"qkv": dict(norm=norm), "o": dict(residual=x), "gate_up": dict(norm=norm, silu_mul=True),
-               "down": dict(residual=x)}
-
-    def kernel(configured):
-        def call(name, weight):
-            o = options[name]
-            return few_token_linear(inputs[name], weight, None, o["norm"].weight if "norm" in o else None,
-                                    norm.eps, o.get("residual"), o.get("silu_mul", False), configured)
-        return call
-
-    compiled = torch.compile(linear_in_torch)
-    variants = {"fused": lambda name, weight: linear(inputs[name], weight, **options[name]),
-                "torch_compiled": lambda name, weight: compiled(inputs[name], weight, **options[name])}
-    variants.update({f"fused_{'_'.join(map(str, c))}": kernel(list(c)) for c in LINEAR_CONFIGS})
-    out = {}
-    with torch.inference_mode():
-        for variant, fn in variants.items():
-            row, total = {}, 0.0
-            for name in shapes:
-                for _ in range(2):
-                    fn(name, weights[name][0])
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for weight in weights[name]:
-                        fn(name, weight)
-                us = cuda_time_ms(graph.replay, repeats=20) * 1e3 / 28
-                nbytes = weights[name][0].numel() * 2
-                row[name] = {"us": round(us, 2), "tb_s": round(nbytes / (us * 1e-6) / 1e12, 2),
-                             "floor_us": round(nbytes / (bandwidth_gbs * 1e3), 2)}
-                total += us
-            row["layer_us"] = round(total, 2)
-            out[variant] = row
     return out
 
 
@@ -386,14 +328,6 @@ def main(argv=None) -> int:
               f"{latency / floor_ms:>8.2f}")
         print(f"{'  same, CUDA graph of the uncompiled model':<44}{eager_graph_ms:>12.3f}{floor_ms:>12.3f}"
               f"{eager_graph_ms / floor_ms:>8.2f}")
-        if "forward_ms_without_linear_kernels" in results:
-            before = results["forward_ms_without_linear_kernels"]
-            print(f"{'  forward, linear kernels vs cuBLAS+Inductor':<44}{latency:>12.3f}{before:>12.3f}"
-                  f"{latency / before:>8.2f}")
-        for tokens, variants in results.get("linear_us", {}).items():
-            label = f"projections/layer {tokens} rows (us) vs cuBLAS"
-            ours, base = variants["fused"]["layer_us"], variants["torch_compiled"]["layer_us"]
-            print(f"{label:<44}{ours:>12.1f}{base:>12.1f}{ours / base:>8.2f}")
         for batch, times in results["attention_us"].items():
             label = f"attention/layer b={batch} 1k ctx (us) fused vs matmuls"
             fused, matmuls = times["fused"], times["matmuls"]
@@ -429,24 +363,12 @@ def small_model_rows(args, skip, device, bandwidth, results):
     eager_graphs = BlockDiffusionEngine(model, _NoTokenizer(), compile=False)
     eager_graph_ms = forward_latency_ms(eager_graphs, context=1024)
     del eager_graphs
-    floor_ms = weight_bytes(model) / (bandwidth * 1e9) * 1e3
-    if network.fused_few_token_linear is not None:  # A/B in this run: the same engine without the linear kernels
-        kernel, network.fused_few_token_linear = network.fused_few_token_linear, None
-        without = BlockDiffusionEngine(model, _NoTokenizer())
-        results["forward_ms_without_linear_kernels"] = forward_latency_ms(without, context=1024)
-        del without
-        network.fused_few_token_linear = kernel
-        torch._dynamo.reset()
     engine = BlockDiffusionEngine(model, _NoTokenizer())
+    floor_ms = weight_bytes(model) / (bandwidth * 1e9) * 1e3
     latency = forward_latency_ms(engine, context=1024)
     results.update(copy_bandwidth_gbs=bandwidth, weight_gb=weight_bytes(model) / 1e9, floor_ms=floor_ms,
                    forward_ms=latency, forward_ms_graph_without_compile=eager_graph_ms)
-    print(f"forward at batch 1: {latency:.3f} ms vs floor {floor_ms:.3f} ms ({latency / floor_ms:.2f}x); without "
-          f"the linear kernels {results.get('forward_ms_without_linear_kernels')} ms", flush=True)
-    if network.fused_few_token_linear is not None:
-        sweeps = {t: attempt(linear_us, model.config, t, device, bandwidth) for t in (8, 64)}
-        results["linear_us"] = {t: sweep for t, sweep in sweeps.items() if isinstance(sweep, dict)}
-        print(f"projections per layer (us): {json.dumps(results['linear_us'])}", flush=True)
+    print(f"forward at batch 1: {latency:.3f} ms vs floor {floor_ms:.3f} ms ({latency / floor_ms:.2f}x)", flush=True)
     if args.profile:
         profile_forward(engine, 1024, args.profile)
     results["attention_us"] = {b: attention_us(model.config, b, 1024, device) for b in (1, 16)}

@@ -19,21 +19,13 @@ try:  # flex-attention is optional: used when the caller passes a BlockMask (tra
 except ImportError:  # pragma: no cover - old torch
     BlockMask, flex_attention = None, None
 
-# The fused few-query attention and few-token linear kernels (Triton, CUDA only); DICE_FUSED_ATTENTION=0 and
-# DICE_FUSED_LINEAR=0 turn them off (e.g. to rule one out when a result looks wrong on an unusual GPU), leaving the
-# torch paths.
+# The fused few-query attention kernel (Triton, CUDA only); DICE_FUSED_ATTENTION=0 turns it off (e.g. to rule it
+# out when a result looks wrong on an unusual GPU), leaving the two-matmul path.
 fused_few_query_attention = None
 if os.environ.get("DICE_FUSED_ATTENTION", "1") != "0":
     try:
         from .attention_kernels import few_query_attention as fused_few_query_attention
     except ImportError:  # no Triton (CPU-only installs)
-        pass
-fused_few_token_linear, FUSED_LINEAR_MAX_TOKENS = None, 0
-if os.environ.get("DICE_FUSED_LINEAR", "1") != "0":
-    try:
-        from .linear_kernels import MAX_TOKENS as FUSED_LINEAR_MAX_TOKENS
-        from .linear_kernels import few_token_linear as fused_few_token_linear
-    except ImportError:  # no Triton
         pass
 
 
@@ -140,28 +132,6 @@ def few_query_attention(q, k, v, mask, n_kv_heads: int) -> torch.Tensor:
     return small_query_attention(q, k, v, mask, n_kv_heads)
 
 
-def linear(x, weight, bias=None, *, norm: RMSNorm | None = None, residual=None, silu_mul: bool = False):
-    """residual + act(norm(x) @ weight.T + bias), for inference. act: silu(gate) * up over the output's two halves
-    when silu_mul (a fused gate/up weight), else none; norm and residual optional. For few tokens on a GPU this is
-    one kernel (linear_kernels: the bandwidth-bound case of decoding); otherwise the same ops in torch. In float32
-    it stays with torch (the kernel's tensor-core sums would be TF32)."""
-    tokens = x.numel() // x.shape[-1]
-    half = x.dtype in (torch.bfloat16, torch.float16)
-    if fused_few_token_linear is not None and x.is_cuda and half and tokens <= FUSED_LINEAR_MAX_TOKENS:
-        return fused_few_token_linear(x, weight, bias, None if norm is None else norm.weight,
-                                      0.0 if norm is None else norm.eps, residual, silu_mul)
-    return linear_in_torch(x, weight, bias, norm=norm, residual=residual, silu_mul=silu_mul)
-
-
-def linear_in_torch(x, weight, bias=None, *, norm: RMSNorm | None = None, residual=None, silu_mul: bool = False):
-    """`linear` as separate torch ops (the reference for the kernel; what runs for many tokens or on a CPU)."""
-    y = F.linear(x if norm is None else norm(x), weight, bias)
-    if silu_mul:
-        gate, up = y.chunk(2, dim=-1)
-        y = F.silu(gate) * up
-    return y if residual is None else residual + y
-
-
 class Attention(nn.Module):
     def __init__(self, config: DiceConfig, layer_index: int):
         super().__init__()
@@ -179,12 +149,11 @@ class Attention(nn.Module):
         self.qkv = None  # FusedLinear over q/k/v once fuse_projections() ran
 
     def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache: KVCache | None):
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        return self.o_proj(self.attend(q, k, v, cos, sin, position_ids, attn_mask, kv_cache))
-
-    def attend(self, q, k, v, cos, sin, position_ids, attn_mask, kv_cache: KVCache | None):
-        """Projected q, k, v [B, Q, heads x D] -> the attention output [B, Q, heads x D], before o_proj."""
-        b, q_len, _ = q.shape
+        b, q_len, _ = x.shape
+        if self.qkv is not None and not torch.is_grad_enabled():
+            q, k, v = self.qkv(x)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = self.q_norm(q.view(b, q_len, self.n_heads, self.head_dim)).transpose(1, 2)
         k = self.k_norm(k.view(b, q_len, self.n_kv_heads, self.head_dim)).transpose(1, 2)
         v = v.view(b, q_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -202,7 +171,7 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=attn_mask, scale=1.0 / math.sqrt(self.head_dim),
                 enable_gqa=self.n_heads != self.n_kv_heads,
             )
-        return out.transpose(1, 2).reshape(b, q_len, -1)
+        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
 
 
 class MLP(nn.Module):
@@ -214,7 +183,11 @@ class MLP(nn.Module):
         self.gate_up = None  # FusedLinear over gate/up once fuse_projections() ran
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up is not None and not torch.is_grad_enabled():
+            gate, up = self.gate_up(x)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class FusedLinear:
@@ -225,8 +198,7 @@ class FusedLinear:
     optimizer step) reach both views. The fused path only runs without autograd (its weight is not a parameter),
     so training through a fused model still sends gradients to the original layers.
     Why: few-token decoding is bound by per-matmul latency, not bytes (an H200 took ~7 us for each 2k x 2k
-    projection of 8 tokens, 4x its bandwidth time), so one matmul over the stacked weight beats three
-    (DecoderLayer runs it through `linear`).
+    projection of 8 tokens, 4x its bandwidth time), so one matmul over the stacked weight beats three.
     A plain object, not a module, so the fused tensors do not appear twice among the parameters.
     """
 
@@ -244,6 +216,8 @@ class FusedLinear:
             for layer, part in zip(layers, self.bias.split(self.sizes)):
                 layer.bias = nn.Parameter(part, requires_grad=layer.bias.requires_grad)
 
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return F.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
 
 
 class DecoderLayer(nn.Module):
@@ -255,17 +229,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache):
-        attn, mlp = self.self_attn, self.mlp
-        if attn.qkv is None or mlp.gate_up is None or torch.is_grad_enabled():  # as Qwen3 writes it (training)
-            x = x + attn(self.input_layernorm(x), cos, sin, position_ids, attn_mask, kv_cache)
-            return x + mlp(self.post_attention_layernorm(x))
-        # Inference over the fused projections, each matmul with the norm before it and the activation or residual
-        # add after it (for few tokens on a GPU, one kernel each: see `linear`).
-        q, k, v = linear(x, attn.qkv.weight, attn.qkv.bias, norm=self.input_layernorm).split(attn.qkv.sizes, dim=-1)
-        x = linear(attn.attend(q, k, v, cos, sin, position_ids, attn_mask, kv_cache), attn.o_proj.weight,
-                   attn.o_proj.bias, residual=x)
-        hidden = linear(x, mlp.gate_up.weight, mlp.gate_up.bias, norm=self.post_attention_layernorm, silu_mul=True)
-        return linear(hidden, mlp.down_proj.weight, mlp.down_proj.bias, residual=x)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, position_ids, attn_mask, kv_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class DiceBackbone(nn.Module):

@@ -176,7 +176,7 @@ class FakePool:
     def _prepare_headers(cls):
         cls.headers_prepared += 1
 
-    def validate_iter(self, items, policy="ide", budget=None):
+    def validate_iter(self, items, policy="ide", budget=None, give_up_at=None):
         """Reads the stream two items at a time and reports each pair out of order, as a real pool may."""
         from dice_copilot.validator import Verdict
         assert policy == "strict"

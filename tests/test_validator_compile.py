@@ -4,6 +4,7 @@ candidate's lines (inside a Python string and in a .cu file), and the compile ti
 import os
 import shutil
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -158,6 +159,25 @@ def test_the_pool_reads_a_stream_lazily_and_reports_verdicts_as_they_are_ready(t
     assert sorted(i for i, _ in reported) == list(range(9))
     assert all(v.details["n"] == i for i, v in reported)  # each verdict is its own item's
     assert [i for i, _ in reported] != list(range(9))  # the quick ones were not held back by slower ones
+    pool.shutdown()
+
+
+def test_a_stream_past_its_give_up_time_ends_without_waiting_for_a_hung_candidate(tmp_path, monkeypatch):
+    pool = _pool(tmp_path)
+    release = threading.Event()
+
+    def compile_or_hang(work):
+        if _number_of(work) == 1:
+            release.wait(30)  # a compile that never finishes in time
+        work.verdict.stage, work.verdict.passed = "compile", True
+
+    monkeypatch.setattr(pool, "_static_and_compile", compile_or_hang)
+    started = time.perf_counter()
+    reported = list(pool.validate_iter(_numbered(3, []), max_in_flight=3, give_up_at=started + 1.0))
+    waited = time.perf_counter() - started
+    release.set()
+    assert sorted(i for i, _ in reported) == [0, 2]  # the finished ones are reported, the hung one is not
+    assert waited < 20  # it ended near its give-up time, not when the hung compile did
     pool.shutdown()
 
 
