@@ -4,6 +4,7 @@ import, verdict classification, and whole builds (a fake validator for speed; a 
 import argparse
 import json
 import shutil
+import threading
 import types
 from pathlib import Path
 
@@ -245,6 +246,30 @@ def test_build_emits_datasets_resumes_and_shards(tmp_path, monkeypatch):
         assert not held_families & set(r["families"]) and r["composition"] not in held_comps
     assert (tmp_path / "speedup_hist.png").stat().st_size > 1000
     assert "| level | correct (timed) | >=1.0x | >=1.5x | >=2.0x |" in (tmp_path / "stats.md").read_text()
+
+
+def test_a_gpu_build_precompiles_the_headers_while_it_generates_pairs(tmp_path, monkeypatch):
+    pytest.importorskip("dice_copilot.validator", reason="validator package not available")
+    monkeypatch.setattr("dice_copilot.validator.ValidatorPool", FakePool)
+    started = threading.Event()
+
+    class Builder:
+        def __init__(self, config):
+            pass
+
+        def prepare_common_headers(self):
+            started.set()
+
+    monkeypatch.setattr("dice_copilot.validator.compile.ExtensionBuilder", Builder)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    FakePool.calls = 0
+    args = _build_args(tmp_path / "gpu", "--generators", "softmax", "--scale", "0.03")
+    assert args.run(args) == 0
+    assert started.wait(5)  # started by the build itself (the fake pool's own set-up is counted apart)
+    started.clear()
+    args = _build_args(tmp_path / "cpu", "--generators", "softmax", "--scale", "0.03", "--compile-only")
+    assert args.run(args) == 0
+    assert not started.is_set()  # a compile-only build leaves them to the pool
 
 
 def test_build_reports_bad_source_clearly(tmp_path, capsys):

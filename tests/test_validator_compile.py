@@ -194,3 +194,27 @@ def test_a_validator_fault_fails_that_verdict_and_the_others_go_on(tmp_path, mon
     assert [v.passed for v in verdicts] == [True, True, True, False, True, True]
     assert verdicts[3].failure_code == "validator_error" and "No space left on device" in verdicts[3].failure
     pool.shutdown()
+
+
+def test_the_common_precompiled_headers_are_built_side_by_side(tmp_path, monkeypatch):
+    from dice_copilot.validator import compile as compile_module
+    from dice_copilot.validator.compile import ExtensionBuilder
+
+    builder = ExtensionBuilder(CompileConfig(cache_dir=tmp_path / "cache"))
+    lock, running, most, built = threading.Lock(), [0], [0], []
+
+    def build_pch(flags, extra_headers=(), base=compile_module.FULL_TORCH_HEADER):  # stands in for a g++ run
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.3)
+        with lock:
+            running[0] -= 1
+            built.append((base, extra_headers))
+        return True
+
+    monkeypatch.setattr(compile_module, "usable_cpus", lambda: 8)
+    monkeypatch.setattr(builder, "build_pch", build_pch)
+    monkeypatch.setattr(builder, "prebuild_signature_glues", lambda signatures: [])
+    assert builder.prepare_common_headers() == [True] * 5
+    assert len(set(built)) == 5 and most[0] == 5  # all five at once, not one after another
