@@ -23,7 +23,8 @@ COMMANDS = ["diceCopilot.didAccept", "diceCopilot.generateKernel", "diceCopilot.
 
 script = json.loads(Path(sys.argv[1]).read_text())
 server = LanguageServer("fake-dice-copilot", "0")
-answered_once: set[tuple[str, int]] = set()
+answered_once: set[tuple[str, int]] = set()  # (uri, line) asked once (delay_first)
+announced: set[tuple[str, int]] = set()  # (uri, line) whose suggestionReady went out
 model_ready = asyncio.Event()
 
 
@@ -71,7 +72,11 @@ async def inline_completion(ls: LanguageServer, params: types.InlineCompletionPa
     if not model_ready.is_set():
         return types.InlineCompletionList(items=[])
     key = (uri, position.line)
-    if script.get("delay_first") and key not in answered_once:
+    if script.get("delay_first") and key not in announced:
+        # Still working until suggestionReady has gone out: an earlier re-request (another trigger of the
+        # plugin's) gets nothing either, so the suggestion can only come from the re-request it causes.
+        if key in answered_once:
+            return types.InlineCompletionList(items=[])
         answered_once.add(key)
         version = ls.workspace.get_text_document(uri).version
 
@@ -80,6 +85,7 @@ async def inline_completion(ls: LanguageServer, params: types.InlineCompletionPa
             ls.protocol.notify("diceCopilot/suggestionReady", {
                 "uri": uri, "version": version, "count": len(script["items"]),
                 "position": {"line": position.line, "character": position.character}})
+            announced.add(key)
             record("suggestionReady")
 
         asyncio.ensure_future(ready_later())
