@@ -61,6 +61,12 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _side_by_side(fn, items: list, max_workers: int | None = None) -> list:
+    """fn over items in threads (each call runs its compilers as subprocesses), at most one per usable core."""
+    with ThreadPoolExecutor(max(1, min(len(items), max_workers or usable_cpus()))) as pool:
+        return list(pool.map(fn, items))
+
+
 def default_cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "dice-copilot" / "build")
 
@@ -703,8 +709,7 @@ class ExtensionBuilder:
         variants = [(LIGHT_TORCH_HEADER, h) for h in light_extras] + [(FULL_TORCH_HEADER, ())]
         # Side by side: each is one single-threaded g++ run of ~25 s (one after another they took 123 s of a
         # fresh H200 machine's 10-minute command).
-        with ThreadPoolExecutor(max(1, min(len(variants), usable_cpus()))) as pool:
-            ready = list(pool.map(lambda variant: self.build_pch(flags, variant[1], variant[0]), variants))
+        ready = _side_by_side(lambda variant: self.build_pch(flags, variant[1], variant[0]), variants)
         self.prebuild_signature_glues(COMMON_SIGNATURES)
         return ready
 
@@ -728,8 +733,7 @@ class ExtensionBuilder:
                     self._run_units([(cmd, obj, source.name)], deadline, folder, {})
                 return self._object_cache_path(cmd, source.read_bytes()).exists()
 
-        with ThreadPoolExecutor(max(1, min(len(signatures), usable_cpus()))) as pool:
-            return list(pool.map(prebuild, signatures))
+        return _side_by_side(prebuild, signatures)
 
     def build_pch(self, flags: _TorchFlags | None = None, extra_headers: tuple[str, ...] = (),
                   base: str = FULL_TORCH_HEADER) -> bool:
@@ -1086,10 +1090,8 @@ def _file_lock(path: Path):
 
 def build_many(builder: ExtensionBuilder, specs: list[ExtensionSpec], max_workers: int | None = None,
                timeout_s: float | None = None) -> list[BuildResult]:
-    """Build several extensions at once (each build runs its compilers as subprocesses)."""
-    workers = max(1, min(len(specs), max_workers or usable_cpus()))
-    with ThreadPoolExecutor(workers) as ex:
-        return list(ex.map(lambda s: builder.build(s, timeout_s), specs))
+    """Build several extensions at once."""
+    return _side_by_side(lambda spec: builder.build(spec, timeout_s), specs, max_workers)
 
 
 def kernelbench_load_inline(spec: ExtensionSpec, build_dir: Path, arch: str, timeout_s: float) -> BuildResult:
