@@ -161,6 +161,19 @@ def test_classification_of_verdicts():
     assert classify(compiled, 2.0, drop, True) == ("compiled_unverified", None)
 
 
+def test_pending_pairs_of_the_families_kept_most_often_go_first(tmp_path):
+    kept = {"passed": True, "stage": "timed", "speedup": 3.0, "flags": []}
+    slow = {**kept, "speedup": 1.1}
+    records = [_rec(f"{family}{i}", [family]) for family in ("often", "seldom", "untried") for i in range(4)]
+    done = {"often0": {"verdict": kept}, "often1": {"verdict": kept}, "often2": {"verdict": slow},
+            "seldom0": {"verdict": slow}, "seldom1": {"verdict": slow}}
+    pending = [r for r in records if r.uid not in done]
+    config = pipeline.BuildConfig(out=tmp_path)
+    ordered = pipeline.most_promising_first(pending, records, done, config)
+    # often: 3 of 5 (smoothed), untried: 1 of 2, seldom: 1 of 4; within a family the order is kept
+    assert [r.uid for r in ordered] == ["often3", "untried0", "untried1", "untried2", "untried3", "seldom2", "seldom3"]
+
+
 class FakePool:
     """Stands in for the validator on machines without a GPU: speedup and correctness from the pair's uid."""
 
