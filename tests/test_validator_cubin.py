@@ -131,6 +131,23 @@ def test_the_sources_leading_includes_stay_the_host_units_leading_headers():
     assert host.index("c10/cuda/CUDAStream.h") < host.index("cudaLibraryLoadData")
 
 
+LIMITS_AND_HALVES = HONEST.replace("y[i] = 2.0f * x[i];", "y[i] = (x[i] > FLT_MAX || n > INT64_MAX) ? 0.f : "
+                                   "__half2float(__float2half(2.0f * x[i]));")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("source", [HONEST, LIMITS_AND_HALVES], ids=["plain", "limits_and_halves"])
+def test_the_kernels_file_compiles_without_the_headers_torch_brought_in(source, tmp_path):
+    # load_inline's prelude (torch/types.h) gives device code <cstdint>, <cfloat> and the half types; a kernels
+    # file missing them would fall back to the unsplit build, ~20x slower to compile.
+    device, _, _ = _device_and_host(source)
+    assert ("cuda_fp16.h" in device) == (source is LIMITS_AND_HALVES)
+    (tmp_path / "kernels.cu").write_text(device)
+    built = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"),
+                            str(tmp_path / "kernels.cu")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+
+
 @pytest.mark.parametrize("host_use", [
     "cudaFuncSetAttribute(twice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024);",
     "int blocks; cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, twice_kernel, 256, 0);",

@@ -22,6 +22,13 @@ GLOBAL_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(
                            r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 _KERNEL_DEF = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+)*void\s+"
                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+# What load_inline's CUDA prelude (torch/types.h) brings into device code and the kernels file must bring itself:
+# fixed-width integers and the C limits (INT64_MAX, FLT_MAX) always, at no measurable cost; the half and bfloat16
+# types only where the source names them (their headers cost nvcc ~0.25 s a unit).
+_DEVICE_PRELUDE = ("cuda_runtime.h", "cstdint", "climits", "cfloat")
+_HALF_PRELUDE = ("cuda_fp16.h", "cuda_bf16.h")
+_HALF_WORDS = re.compile(r"\b(half2?|__half\w*|__nv_bfloat\w*|nv_bfloat16\w*|__float2(half|bfloat16)\w*"
+                         r"|__(half|bfloat16)2float\w*|__h(?!ost__)\w+)\b")
 LAUNCH_PREFIX = "__dice_launch_"
 # The cubin's bytes, defined (hidden) by the generated module file that the builder compiles after nvcc -cubin.
 CUBIN_SYMBOL = "dice_kernels_cubin"
@@ -102,7 +109,9 @@ def split_host_device(chunks) -> SplitSources:
     names = list(kernels)
     all_kernels = set(kernels) | set(templates)
     host = [_Chunk("#include <cuda_runtime.h>")]
-    device = [_Chunk("#include <cuda_runtime.h>")]
+    code = _strip_comments_and_strings("\n".join(item.text for item in items if not item.directive))
+    headers = _DEVICE_PRELUDE + (_HALF_PRELUDE if _HALF_WORDS.search(code) else ())
+    device = [_Chunk("\n".join(f"#include <{h}>" for h in headers))]
     support = _Chunk(_launch_support(names))
     support_placed = False
     for item in items:
