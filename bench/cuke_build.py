@@ -7,6 +7,9 @@ runs (bench/cuke_progress.jsonl.gz, committed): they are restored first, and all
 to --out as cuke_progress.jsonl.gz, to commit in its place. Examples:
     python bench/cuke_build.py --work /tmp/cuke_work --out $OUT/cuke_build.json --limit 600 --max-seconds 480
     python bench/cuke_build.py --out $OUT/cuke_build.json --scale 2.5 --progress bench/cuke_progress.jsonl.gz
+The training sets of the committed verdicts, on any machine (validating nothing):
+    python bench/cuke_build.py --work cuke --out cuke/build.json --scale 2.5 --progress bench/cuke_progress.jsonl.gz \
+        --no-validation
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timing-trials", type=int, default=50)
     parser.add_argument("--decontaminate", type=Path, default=None, help="a KernelBench checkout, if present")
     parser.add_argument("--progress", type=Path, default=None, help="verdicts of earlier runs to restore (.jsonl.gz)")
+    parser.add_argument("--no-validation", action="store_true",
+                        help="validate nothing: the sets and the report from the restored verdicts (no GPU needed)")
     parser.add_argument("--export-only", action="store_true",
                         help="only write the verdicts in --work so far next to --out (after a run that was cut off)")
     args = parser.parse_args(argv)
@@ -46,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from dice_copilot.trainer.cuke.pipeline import BuildConfig, run_build
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    if gpu == "none":
+    if gpu == "none" and not args.no_validation:
         print("no CUDA device: this benchmark measures GPU validation; run it on the GPU machine", file=sys.stderr)
     if args.progress is not None and args.progress.exists():  # named as ResultStore finds a shard's verdicts
         restored = args.work / "results" / "gpu-shard-restored.jsonl"
@@ -54,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         restored.write_bytes(gzip.decompress(args.progress.read_bytes()))
     config = BuildConfig(out=args.work, min_speedup=args.min_speedup, scale=args.scale, limit=args.limit,
                          max_seconds=args.max_seconds, timing_trials=args.timing_trials,
-                         decontaminate=args.decontaminate, compile_only=gpu == "none")
+                         decontaminate=args.decontaminate, compile_only=gpu == "none" and not args.no_validation,
+                         validate=not args.no_validation)
     started = time.perf_counter()
     stats = run_build(config)
     wall = time.perf_counter() - started

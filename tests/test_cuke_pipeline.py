@@ -261,6 +261,29 @@ def test_build_emits_datasets_resumes_and_shards(tmp_path, monkeypatch):
     assert "| level | correct (timed) | >=1.0x | >=1.5x | >=2.0x |" in (tmp_path / "stats.md").read_text()
 
 
+def test_the_sets_are_written_again_from_stored_verdicts_without_validating(tmp_path, monkeypatch):
+    pytest.importorskip("dice_copilot.validator", reason="validator package not available")
+    monkeypatch.setattr("dice_copilot.validator.ValidatorPool", FakePool)
+    common = ["--generators", "elementwise_chain,softmax", "--scale", "0.03", "--min-speedup", "1.5"]
+    args = _build_args(tmp_path, *common, "--limit", "20")
+    assert args.run(args) == 0
+    sft = (tmp_path / "sft.jsonl").read_text()
+    (tmp_path / "sft.jsonl").unlink()
+
+    class NoPool:
+        def __init__(self, *a, **k):
+            raise AssertionError("--no-validation must not start a validator")
+
+    monkeypatch.setattr("dice_copilot.validator.ValidatorPool", NoPool)
+    args = _build_args(tmp_path, *common, "--no-validation")
+    assert args.run(args) == 0
+    assert (tmp_path / "sft.jsonl").read_text() == sft  # the same kept pairs, though more are pending
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["status"]["pending"] > 0 and stats["run"]["validated_this_run"] == 0
+    args = _build_args(tmp_path, *common, "--no-validation", "--compile-only")
+    assert args.run(args) == 2
+
+
 def test_a_gpu_build_precompiles_the_headers_while_it_generates_pairs(tmp_path, monkeypatch):
     pytest.importorskip("dice_copilot.validator", reason="validator package not available")
     monkeypatch.setattr("dice_copilot.validator.ValidatorPool", FakePool)

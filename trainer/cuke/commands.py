@@ -53,6 +53,9 @@ def register_train(train_subparsers) -> None:
     build.add_argument("--max-seconds", type=float, default=None,
                        help="stop starting new validations this many seconds after the build started; "
                             "rerun to resume")
+    build.add_argument("--no-validation", action="store_true",
+                       help="validate nothing: write the sets and the report from the GPU verdicts already in "
+                            "OUT/results (no GPU needed)")
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
     build.set_defaults(run=run_build_command)
 
@@ -75,8 +78,12 @@ def run_build_command(args) -> int:
                          dedup_threshold=args.dedup_threshold,
                          generators=args.generators, scale=args.scale, seed=args.seed,
                          heldout_families=args.heldout_families, timing_trials=args.timing_trials,
-                         max_seconds=args.max_seconds,
+                         max_seconds=args.max_seconds, validate=not args.no_validation,
                          progress=not args.no_progress)
+    if args.compile_only and args.no_validation:
+        print("error: --compile-only and --no-validation exclude each other (the first validates on the CPU, the "
+              "second not at all)", file=sys.stderr)
+        return 2
     if args.compile_only:
         print("compile-only build: no GPU stage, so correctness and the speedup filter are NOT applied; compiled "
               "pairs go to compile_only_unverified/ and no training sets are written", file=sys.stderr)

@@ -46,6 +46,9 @@ class BuildConfig:
     # so that a run under a wall-clock limit ends with its results written; rerun to resume.
     max_seconds: float | None = None
     progress: bool = True
+    # False: validate nothing, write the sets and the report from the verdicts already in OUT/results (e.g. restored
+    # from an earlier GPU build); needs no GPU.
+    validate: bool = True
 
 
 @dataclass
@@ -304,7 +307,8 @@ def run_build(config: BuildConfig) -> dict:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    _prepare_headers_meanwhile(config)
+    if config.validate:
+        _prepare_headers_meanwhile(config)
     records = load_records(config)
     outcomes = {r.uid: Outcome(r, "pending") for r in records}
 
@@ -348,7 +352,7 @@ def run_build(config: BuildConfig) -> dict:
         print(f"{len(records)} pairs, {len(unique)} after dedup, {len(done)} validated before, {len(pending)} to "
               f"validate ({time.perf_counter() - t_start:.0f} s so far)", file=sys.stderr, flush=True)
     deadline = t_start + config.max_seconds if config.max_seconds is not None else None
-    validation = validate_pending(pending, store, config, deadline)
+    validation = validate_pending(pending, store, config, deadline) if config.validate else ValidationRun()
     validated, seconds, gpus = validation.validated, validation.seconds, validation.gpus
     done = store.load_all()
 
