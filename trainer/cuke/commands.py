@@ -72,6 +72,10 @@ def run_build_command(args) -> int:
     if args.limit is not None and args.limit < 0:
         print("error: --limit must be >= 0", file=sys.stderr)
         return 2
+    if args.compile_only and args.no_validation:
+        print("error: --compile-only and --no-validation exclude each other (the first validates on the CPU, the "
+              "second not at all)", file=sys.stderr)
+        return 2
     config = BuildConfig(out=args.out, source=args.source, min_speedup=args.min_speedup, shard_index=args.shard[0],
                          shard_count=args.shard[1], limit=args.limit, compile_only=args.compile_only,
                          decontaminate=args.decontaminate, decontam_threshold=args.decontam_threshold,
@@ -80,10 +84,6 @@ def run_build_command(args) -> int:
                          heldout_families=args.heldout_families, timing_trials=args.timing_trials,
                          max_seconds=args.max_seconds, validate=not args.no_validation,
                          progress=not args.no_progress)
-    if args.compile_only and args.no_validation:
-        print("error: --compile-only and --no-validation exclude each other (the first validates on the CPU, the "
-              "second not at all)", file=sys.stderr)
-        return 2
     if args.compile_only:
         print("compile-only build: no GPU stage, so correctness and the speedup filter are NOT applied; compiled "
               "pairs go to compile_only_unverified/ and no training sets are written", file=sys.stderr)
