@@ -16,7 +16,7 @@
 #   server        bench/server_latency.py (issue 4)
 #   cuke          bench/cuke_build.py on a 600-pair sample (issue 6): throughput and stage breakdown
 #   cuke-corpus   bench/cuke_build.py on the whole built-in corpus at --scale 2.5, resuming from the committed
-#                 bench/cuke_progress.jsonl.gz; commit the returned cuke_progress.jsonl.gz in its place
+#                 bench/cuke_progress.jsonl.xz; commit the returned cuke_progress.jsonl.xz in its place
 set -uo pipefail
 part=${1:?usage: bench/gpu_session.sh PART [bench arguments] (see the comment at the top)}
 shift
@@ -50,7 +50,7 @@ case "$part" in
     cuke)         timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \
                       --limit 600 --max-seconds $((limit - 110)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
     cuke-corpus)  timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \
-                      --scale 2.5 --progress bench/cuke_progress.jsonl.gz --max-seconds $((limit - 120)) "$@" 2>&1 \
+                      --scale 2.5 --progress bench/cuke_progress.jsonl.xz --max-seconds $((limit - 120)) "$@" 2>&1 \
                       | tr '\r' '\n' | tee "$out/$tag.log" | tail -40
                   # again on its own: a run cut off by the limit still hands back what it stored
                   python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" --export-only ;;
