@@ -15,8 +15,8 @@ The training sets of the committed verdicts, on any machine (validating nothing)
 from __future__ import annotations
 
 import argparse
-import lzma
 import json
+import lzma
 import shutil
 import sys
 import time
