@@ -28,6 +28,7 @@ import torch
 from .config import DiceConfig
 from .masks import block_causal_mask
 from .network import DiceForBlockDiffusion, KVCache
+from .weight_prefetch import default_lookahead
 
 log = logging.getLogger(__name__)
 STRATEGIES = ("dynamic", "static", "sequential")
@@ -807,8 +808,10 @@ class ContinuousBatcher:
 
 class BlockDiffusionEngine:
     def __init__(self, model: DiceForBlockDiffusion, tokenizer, device=None, use_cuda_graphs: bool | None = None,
-                 compile: bool | None = None, cache_budget: CacheBudget | None = None):
-        """use_cuda_graphs / compile default to on for CUDA devices (compiling costs ~a minute at load)."""
+                 compile: bool | None = None, cache_budget: CacheBudget | None = None, l2_prefetch: int | None = None):
+        """use_cuda_graphs / compile default to on for CUDA devices (compiling costs ~a minute at load).
+        l2_prefetch: bytes of weights prefetched into L2 ahead of each matmul (weight_prefetch); None: the
+        default for the device (off without CUDA graphs, where launch gaps dwarf it), 0: no prefetch points."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
@@ -822,6 +825,14 @@ class BlockDiffusionEngine:
             use_cuda_graphs = self.device.type == "cuda"
         if compile is None:
             compile = use_cuda_graphs
+        if l2_prefetch is None:
+            l2_prefetch = default_lookahead(self.device) if use_cuda_graphs else 0
+        self.prefetch_plan = None  # the model's PrefetchPlan (benchmarks reconfigure it in place)
+        if l2_prefetch > 0:
+            self.prefetch_plan = self.model.plan_weight_prefetch()
+            self.prefetch_plan.configure(l2_prefetch)
+        else:
+            self.model.drop_weight_prefetch()
         self.runner = ForwardRunner(self.model, use_cuda_graphs, compile=compile)
         self._kept: SlotBuffers | None = None  # the last batcher's buffers, for the next one of that shape
 
