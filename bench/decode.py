@@ -21,7 +21,6 @@ from dice_copilot.model.engine import BlockDiffusionEngine, ContinuousBatcher
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import (DiceForBlockDiffusion, KVCache, few_query_attention,
                                         fused_few_query_attention, small_query_attention)
-from dice_copilot.model.weight_prefetch import MATMULS
 
 
 class _NoTokenizer:
@@ -111,25 +110,6 @@ def attention_us(config: DiceConfig, batch: int, context: int, device) -> dict:
             for _ in range(28):
                 fn(q, k, v, mask, config.num_key_value_heads)
         out[name] = cuda_time_ms(graph.replay, repeats=20) * 1e3 / 28
-    return out
-
-
-# (lookahead MiB, matmuls followed by a prefetch point, chunk KiB) tried by --prefetch-sweep.
-PREFETCH_SWEEP = [(0, MATMULS, 64)] + [
-    (mib, points, 64) for mib in (8, 16, 32, 48) for points in (MATMULS, ("qkv", "gate_up"), ("qkv",))
-] + [(32, MATMULS, 16), (32, MATMULS, 32), (16, MATMULS, 16)]
-
-
-def prefetch_sweep(engine: BlockDiffusionEngine, context: int) -> dict:
-    """Forward latency (ms) with the engine's L2 prefetch plan reconfigured in place for each PREFETCH_SWEEP entry
-    (lookahead 0: the points' kernels launch and prefetch nothing); the plan is left as it was."""
-    plan = engine.prefetch_plan
-    before = (plan.lookahead, plan.points)
-    out = {}
-    for mib, points, chunk_kib in PREFETCH_SWEEP:
-        plan.configure(mib << 20, points, chunk_kib << 10)
-        out[f"{mib}MiB {'+'.join(points)} {chunk_kib}KiB"] = forward_latency_ms(engine, context)
-    plan.configure(*before)
     return out
 
 
@@ -320,8 +300,8 @@ def main(argv=None) -> int:
                         "small (the whole DICE-1.7B part),large")
     parser.add_argument("--batches", default="1,16", help="comma list of batch sizes for the DICE-1.7B rows "
                         "('': forward latency rows only)")
-    parser.add_argument("--prefetch-sweep", action="store_true",
-                        help="also time the forward at other L2 prefetch lookaheads and point sets")
+    parser.add_argument("--compile-mode", default=None,
+                        help="also time the forward compiled with this torch.compile mode (e.g. max-autotune-no-cudagraphs)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs of ours (tau 0.9) and the compiled AR baseline, alternating; medians reported")
     parser.add_argument("--out", default=None)
@@ -349,9 +329,10 @@ def main(argv=None) -> int:
     if "small" not in skip:
         print(f"{'forward latency b=1 (ms) vs memory floor':<44}{latency:>12.3f}{floor_ms:>12.3f}"
               f"{latency / floor_ms:>8.2f}")
-        no_prefetch_ms = results["forward_ms_without_l2_prefetch"]
-        print(f"{'  same, without the L2 weight prefetch':<44}{no_prefetch_ms:>12.3f}{floor_ms:>12.3f}"
-              f"{no_prefetch_ms / floor_ms:>8.2f}")
+        if "forward_ms_compile_mode" in results:
+            tuned_ms = results["forward_ms_compile_mode"]["ms"]
+            print(f"{'  same, compiled with ' + args.compile_mode:<44.44}{tuned_ms:>12.3f}{floor_ms:>12.3f}"
+                  f"{tuned_ms / floor_ms:>8.2f}")
         print(f"{'  same, CUDA graph of the uncompiled model':<44}{eager_graph_ms:>12.3f}{floor_ms:>12.3f}"
               f"{eager_graph_ms / floor_ms:>8.2f}")
         for batch, times in results["attention_us"].items():
@@ -389,22 +370,20 @@ def small_model_rows(args, skip, device, bandwidth, results):
     eager_graphs = BlockDiffusionEngine(model, _NoTokenizer(), compile=False)
     eager_graph_ms = forward_latency_ms(eager_graphs, context=1024)
     del eager_graphs
-    no_prefetch = BlockDiffusionEngine(model, _NoTokenizer(), l2_prefetch=0)
-    results["forward_ms_without_l2_prefetch"] = forward_latency_ms(no_prefetch, context=1024)
-    del no_prefetch
     engine = BlockDiffusionEngine(model, _NoTokenizer())
     floor_ms = weight_bytes(model) / (bandwidth * 1e9) * 1e3
     latency = forward_latency_ms(engine, context=1024)
     results.update(copy_bandwidth_gbs=bandwidth, weight_gb=weight_bytes(model) / 1e9, floor_ms=floor_ms,
-                   forward_ms=latency, forward_ms_graph_without_compile=eager_graph_ms,
-                   l2_prefetch={"lookahead": engine.prefetch_plan.lookahead if engine.prefetch_plan else 0,
-                                "points": engine.prefetch_plan.points if engine.prefetch_plan else []})
-    print(f"forward at batch 1: {latency:.3f} ms vs floor {floor_ms:.3f} ms ({latency / floor_ms:.2f}x); "
-          f"without the L2 prefetch {results['forward_ms_without_l2_prefetch']:.3f} ms", flush=True)
-    if args.prefetch_sweep and engine.prefetch_plan is not None:
-        results["prefetch_sweep_ms"] = prefetch_sweep(engine, context=1024)
-        for name, ms in results["prefetch_sweep_ms"].items():
-            print(f"  prefetch {name:<40}{ms:8.3f} ms {ms / floor_ms:6.2f}x floor", flush=True)
+                   forward_ms=latency, forward_ms_graph_without_compile=eager_graph_ms)
+    print(f"forward at batch 1: {latency:.3f} ms vs floor {floor_ms:.3f} ms ({latency / floor_ms:.2f}x)", flush=True)
+    if args.compile_mode:
+        started = time.perf_counter()
+        tuned = BlockDiffusionEngine(model, _NoTokenizer(), compile_mode=args.compile_mode)
+        results["forward_ms_compile_mode"] = {"mode": args.compile_mode, "ms": forward_latency_ms(tuned, 1024),
+                                              "compile_s": time.perf_counter() - started}
+        print(f"forward at batch 1 compiled with mode {args.compile_mode}: {results['forward_ms_compile_mode']}",
+              flush=True)
+        del tuned
     if args.profile:
         profile_forward(engine, 1024, args.profile)
     results["attention_us"] = {b: attention_us(model.config, b, 1024, device) for b in (1, 16)}

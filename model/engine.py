@@ -28,7 +28,6 @@ import torch
 from .config import DiceConfig
 from .masks import block_causal_mask
 from .network import DiceForBlockDiffusion, KVCache
-from .weight_prefetch import default_lookahead
 
 log = logging.getLogger(__name__)
 STRATEGIES = ("dynamic", "static", "sequential")
@@ -250,7 +249,7 @@ class ForwardRunner:
     """
 
     def __init__(self, model: DiceForBlockDiffusion, use_graphs: bool, compile: bool = False,
-                 length_bucket: int = 256):
+                 length_bucket: int = 256, compile_mode: str | None = None):
         self.model = model
         self.use_graphs = use_graphs
         self.length_bucket = length_bucket
@@ -258,7 +257,7 @@ class ForwardRunner:
         self._pass_graphs = True  # off after a capture failed
         # A graph of the eager model still replays ~30 small kernels per layer (norms, rotary, SwiGLU), each with
         # its own launch gap; Inductor fuses them. dynamic=True: one compilation serves every batch and length.
-        self._forward = torch.compile(model, dynamic=True) if compile else model
+        self._forward = torch.compile(model, dynamic=True, mode=compile_mode) if compile else model
         self.compile_bookkeeping(compile)
 
     def compile_bookkeeping(self, on: bool) -> None:
@@ -808,10 +807,10 @@ class ContinuousBatcher:
 
 class BlockDiffusionEngine:
     def __init__(self, model: DiceForBlockDiffusion, tokenizer, device=None, use_cuda_graphs: bool | None = None,
-                 compile: bool | None = None, cache_budget: CacheBudget | None = None, l2_prefetch: int | None = None):
+                 compile: bool | None = None, cache_budget: CacheBudget | None = None, compile_mode: str | None = None):
         """use_cuda_graphs / compile default to on for CUDA devices (compiling costs ~a minute at load).
-        l2_prefetch: bytes of weights prefetched into L2 ahead of each matmul (weight_prefetch); None: the
-        default for the device (off without CUDA graphs, where launch gaps dwarf it), 0: no prefetch points."""
+        compile_mode: torch.compile's mode for the forward (benchmarks compare them; the runner captures its own
+        graphs, so not a "reduce-overhead" one)."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
@@ -825,15 +824,7 @@ class BlockDiffusionEngine:
             use_cuda_graphs = self.device.type == "cuda"
         if compile is None:
             compile = use_cuda_graphs
-        if l2_prefetch is None:
-            l2_prefetch = default_lookahead(self.device) if use_cuda_graphs else 0
-        self.prefetch_plan = None  # the model's PrefetchPlan (benchmarks reconfigure it in place)
-        if l2_prefetch > 0:
-            self.prefetch_plan = self.model.plan_weight_prefetch()
-            self.prefetch_plan.configure(l2_prefetch)
-        else:
-            self.model.drop_weight_prefetch()
-        self.runner = ForwardRunner(self.model, use_cuda_graphs, compile=compile)
+        self.runner = ForwardRunner(self.model, use_cuda_graphs, compile=compile, compile_mode=compile_mode)
         self._kept: SlotBuffers | None = None  # the last batcher's buffers, for the next one of that shape
 
     def take_slots(self, capacity: int, slots: int | None) -> SlotBuffers:

@@ -13,7 +13,6 @@ from torch.utils.checkpoint import checkpoint
 
 from .config import DiceConfig
 from .masks import block_causal_mask
-from .weight_prefetch import PrefetchPlan
 
 try:  # flex-attention is optional: used when the caller passes a BlockMask (training on GPU).
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
@@ -148,15 +147,11 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.qkv = None  # FusedLinear over q/k/v once fuse_projections() ran
-        self.prefetch: PrefetchPlan | None = None  # set by plan_weight_prefetch() (fused inference only)
 
     def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache: KVCache | None):
         b, q_len, _ = x.shape
         if self.qkv is not None and not torch.is_grad_enabled():
-            qkv = self.qkv.unsplit(x)
-            if self.prefetch is not None:
-                self.prefetch.after(self.layer_index, "qkv", qkv)
-            q, k, v = self.qkv.split(qkv)
+            q, k, v = self.qkv(x)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = self.q_norm(q.view(b, q_len, self.n_heads, self.head_dim)).transpose(1, 2)
@@ -176,33 +171,23 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=attn_mask, scale=1.0 / math.sqrt(self.head_dim),
                 enable_gqa=self.n_heads != self.n_kv_heads,
             )
-        out = self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
-        if self.prefetch is not None and not torch.is_grad_enabled():
-            self.prefetch.after(self.layer_index, "o_proj", out)
-        return out
+        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
 
 
 class MLP(nn.Module):
-    def __init__(self, config: DiceConfig, layer_index: int = 0):
+    def __init__(self, config: DiceConfig):
         super().__init__()
-        self.layer_index = layer_index
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.gate_up = None  # FusedLinear over gate/up once fuse_projections() ran
-        self.prefetch: PrefetchPlan | None = None  # set by plan_weight_prefetch() (fused inference only)
 
     def forward(self, x):
-        if self.gate_up is None or torch.is_grad_enabled():
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate_up = self.gate_up.unsplit(x)
-        if self.prefetch is not None:
-            self.prefetch.after(self.layer_index, "gate_up", gate_up)
-        gate, up = self.gate_up.split(gate_up)
-        out = self.down_proj(F.silu(gate) * up)
-        if self.prefetch is not None:
-            self.prefetch.after(self.layer_index, "down_proj", out)
-        return out
+        if self.gate_up is not None and not torch.is_grad_enabled():
+            gate, up = self.gate_up(x)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class FusedLinear:
@@ -232,21 +217,14 @@ class FusedLinear:
                 layer.bias = nn.Parameter(part, requires_grad=layer.bias.requires_grad)
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.split(self.unsplit(x))
-
-    def unsplit(self, x: torch.Tensor) -> torch.Tensor:
-        """The layers' outputs side by side in one tensor."""
-        return F.linear(x, self.weight, self.bias)
-
-    def split(self, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return out.split(self.sizes, dim=-1)
+        return F.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: DiceConfig, layer_index: int):
         super().__init__()
         self.self_attn = Attention(config, layer_index)
-        self.mlp = MLP(config, layer_index)
+        self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -288,37 +266,9 @@ class DiceForBlockDiffusion(nn.Module):
             if mlp.gate_up is None:
                 mlp.gate_up = FusedLinear([mlp.gate_proj, mlp.up_proj])
 
-    def plan_weight_prefetch(self) -> PrefetchPlan:
-        """Places an L2 prefetch point after every matmul of every layer (see weight_prefetch); they prefetch
-        nothing until the returned plan is configured. For inference on a GPU, after fuse_projections() (the plan
-        streams the fused weights). Idempotent; moving the model drops the plan, as it does the fusion."""
-        layers = self.model.layers
-        if any(layer.self_attn.qkv is None or layer.mlp.gate_up is None for layer in layers):
-            raise RuntimeError("plan_weight_prefetch() needs fuse_projections() first")
-        if layers[0].self_attn.prefetch is not None:  # engines sharing a model share its plan
-            return layers[0].self_attn.prefetch
-        stream = []
-        for i, layer in enumerate(layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            stream += [(i, "qkv", attn.qkv.weight), (i, "o_proj", attn.o_proj.weight),
-                       (i, "gate_up", mlp.gate_up.weight), (i, "down_proj", mlp.down_proj.weight)]
-        stream.append((len(layers), "lm_head", self.lm_head.weight))
-        plan = PrefetchPlan(stream)
-        self._set_prefetch(plan)
-        return plan
-
-    def drop_weight_prefetch(self) -> None:
-        """Removes the prefetch points (the model as before plan_weight_prefetch())."""
-        self._set_prefetch(None)
-
-    def _set_prefetch(self, plan: PrefetchPlan | None) -> None:
-        for layer in self.model.layers:
-            layer.self_attn.prefetch = layer.mlp.prefetch = plan
-
     def _apply(self, fn, *args, **kwargs):
         for layer in self.model.layers:
             layer.self_attn.qkv = layer.mlp.gate_up = None
-        self._set_prefetch(None)
         return super()._apply(fn, *args, **kwargs)
 
     def _init_weights(self, module):
@@ -355,8 +305,4 @@ class DiceForBlockDiffusion(nn.Module):
                 x = layer(x, cos, sin, position_ids, attn_mask, kv_cache)
         if logits_slice is not None:
             x = x[:, logits_slice]
-        logits = self.lm_head(self.model.norm(x))
-        prefetch = self.model.layers[0].self_attn.prefetch
-        if prefetch is not None and not torch.is_grad_enabled():
-            prefetch.join(logits)
-        return logits
+        return self.lm_head(self.model.norm(x))
