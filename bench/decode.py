@@ -300,8 +300,8 @@ def main(argv=None) -> int:
                         "small (the whole DICE-1.7B part),large")
     parser.add_argument("--batches", default="1,16", help="comma list of batch sizes for the DICE-1.7B rows "
                         "('': forward latency rows only)")
-    parser.add_argument("--compile-mode", default=None,
-                        help="also time the forward compiled with this torch.compile mode (e.g. max-autotune-no-cudagraphs)")
+    parser.add_argument("--compile-mode", default=None, help="also time the forward compiled with this "
+                        "torch.compile mode (e.g. max-autotune-no-cudagraphs)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs of ours (tau 0.9) and the compiled AR baseline, alternating; medians reported")
     parser.add_argument("--out", default=None)

@@ -169,7 +169,8 @@ async def run(args, scripted: bool) -> dict:
                 client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
                     uri=path.as_uri(), language_id="python", version=version, text=text)))
                 params = types.InlineCompletionParams(
-                    text_document=types.TextDocumentIdentifier(uri=path.as_uri()), position=types.Position(line, character),
+                    text_document=types.TextDocumentIdentifier(uri=path.as_uri()),
+                    position=types.Position(line, character),
                     context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))
                 t0 = time.perf_counter()
                 result = await client.text_document_inline_completion_async(params)
@@ -209,7 +210,8 @@ async def run(args, scripted: bool) -> dict:
             pass
         await client.stop()
     return {
-        "phase": "scripted" if scripted else "model", "checkpoint": args.checkpoint or "default", "device": args.device, "candidates": args.candidates,
+        "phase": "scripted" if scripted else "model", "checkpoint": args.checkpoint or "default",
+        "device": args.device, "candidates": args.candidates,
         "load_s": load_s, "requests": len(items_per_request), "requests_with_items": len(first_item_s),
         "first_validated_item_s": {"p50": percentile(first_item_s, 0.5), "p95": percentile(first_item_s, 0.95),
                                    "all": first_item_s},
@@ -239,8 +241,10 @@ def table(results: dict) -> str:
         ("  new kernel, file seen before, p50", fmt(results["new_kernel_on_a_seen_file_s"]["p50"], "s"), "1.5 s",
          ratio(results["new_kernel_on_a_seen_file_s"]["p50"], 1.5)),
         ("  first request on a file, p50", fmt(results["first_request_on_a_file_s"]["p50"], "s"), "—", ""),
-        ("cache hit p50", fmt(results["cache_hit_ms"]["p50"], "ms"), "20 ms", ratio(results["cache_hit_ms"]["p50"], 20)),
-        ("cache hit p95", fmt(results["cache_hit_ms"]["p95"], "ms"), "20 ms", ratio(results["cache_hit_ms"]["p95"], 20)),
+        ("cache hit p50", fmt(results["cache_hit_ms"]["p50"], "ms"), "20 ms",
+         ratio(results["cache_hit_ms"]["p50"], 20)),
+        ("cache hit p95", fmt(results["cache_hit_ms"]["p95"], "ms"), "20 ms",
+         ratio(results["cache_hit_ms"]["p95"], 20)),
         ("fast-path empty p50", fmt(results["fast_path_ms"]["p50"], "ms"), "5 ms (server side)",
          ratio(results["fast_path_ms"]["p50"], 5)),
         ("server RSS", fmt(results["server_rss_mib"], "MiB"), "—", ""),
