@@ -433,7 +433,7 @@ class ExtensionBuilder:
     def __init__(self, config: CompileConfig | None = None):
         self.config = config or CompileConfig()
         self.arch = resolve_arch(self.config.arch)
-        self._pch_lock = threading.Lock()
+        self._setup_lock = threading.Lock()  # one-time set-up: precompiled headers, link stubs
         self._pch_building: set[Path] = set()
 
     def cache_key(self, spec: ExtensionSpec) -> str:
@@ -671,7 +671,7 @@ class ExtensionBuilder:
         pch_dir = self._pch_dir(flags, extra_headers, base)
         if (pch_dir / f"{PCH_HEADER}.gch").exists():
             return ["-I", str(pch_dir), "-include", PCH_HEADER, "-Winvalid-pch"]
-        with self._pch_lock:
+        with self._setup_lock:
             if pch_dir not in self._pch_building and not (pch_dir / "failed").exists():
                 self._pch_building.add(pch_dir)
                 threading.Thread(target=self.build_pch, args=(flags, extra_headers, base), daemon=True).start()
@@ -693,7 +693,7 @@ class ExtensionBuilder:
         ready, failed = folder / "ready", folder / "failed"
         if not ready.exists() and not failed.exists():
             folder.mkdir(parents=True, exist_ok=True)
-            with self._pch_lock, _file_lock(folder / ".lock"):
+            with self._setup_lock, _file_lock(folder / ".lock"):
                 if not ready.exists() and not failed.exists():
                     (ready if _make_link_stubs(folder, flags.ldflags, self.config.cxx) else failed).touch()
         return ["-Wl,--no-as-needed", f"-L{folder}"] if ready.exists() else []
