@@ -18,6 +18,7 @@ import torch
 
 from dice_copilot.model.config import DiceConfig
 from dice_copilot.model.engine import BlockDiffusionEngine, ContinuousBatcher
+from dice_copilot.model import network
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import (DiceForBlockDiffusion, KVCache, few_query_attention,
                                         fused_few_query_attention, small_query_attention)
@@ -297,7 +298,8 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--ar-new-tokens", type=int, default=64, help="plain generate() is slow: fewer tokens")
     parser.add_argument("--skip", default="", help="comma list of rows to skip: compiled,plain,reference,"
-                        "small (the whole DICE-1.7B part),large")
+                        "small (the whole DICE-1.7B part),large, and of forward-latency rows: eager (the uncompiled "
+                        "graph),separate (the attention inputs without their fused op),attention (the kernel timings)")
     parser.add_argument("--batches", default="1,16", help="comma list of batch sizes for the DICE-1.7B rows "
                         "('': forward latency rows only)")
     parser.add_argument("--compile-mode", default=None, help="also time the forward compiled with this "
@@ -333,9 +335,14 @@ def main(argv=None) -> int:
             tuned_ms = results["forward_ms_compile_mode"]["ms"]
             print(f"{'  same, compiled with ' + args.compile_mode:<44.44}{tuned_ms:>12.3f}{floor_ms:>12.3f}"
                   f"{tuned_ms / floor_ms:>8.2f}")
-        print(f"{'  same, CUDA graph of the uncompiled model':<44}{eager_graph_ms:>12.3f}{floor_ms:>12.3f}"
-              f"{eager_graph_ms / floor_ms:>8.2f}")
-        for batch, times in results["attention_us"].items():
+        if "forward_ms_separate_rotary_cache" in results:
+            separate_ms = results["forward_ms_separate_rotary_cache"]
+            print(f"{'  same, rotary and cache writes unfused':<44}{separate_ms:>12.3f}{floor_ms:>12.3f}"
+                  f"{separate_ms / floor_ms:>8.2f}")
+        if eager_graph_ms is not None:
+            print(f"{'  same, CUDA graph of the uncompiled model':<44}{eager_graph_ms:>12.3f}{floor_ms:>12.3f}"
+                  f"{eager_graph_ms / floor_ms:>8.2f}")
+        for batch, times in results.get("attention_us", {}).items():
             label = f"attention/layer b={batch} 1k ctx (us) fused vs matmuls"
             fused, matmuls = times["fused"], times["matmuls"]
             print(f"{label:<44}{fused:>12.1f}{matmuls:>12.1f}{fused / matmuls:>8.2f}")
@@ -367,9 +374,11 @@ def main(argv=None) -> int:
 def small_model_rows(args, skip, device, bandwidth, results):
     """Forward latency vs the memory floor, then tokens/s at batch 1 and 16 against the AR baselines."""
     model = build_model(args.preset, device)
-    eager_graphs = BlockDiffusionEngine(model, _NoTokenizer(), compile=False)
-    eager_graph_ms = forward_latency_ms(eager_graphs, context=1024)
-    del eager_graphs
+    eager_graph_ms = None
+    if "eager" not in skip:
+        eager_graphs = BlockDiffusionEngine(model, _NoTokenizer(), compile=False)
+        eager_graph_ms = forward_latency_ms(eager_graphs, context=1024)
+        del eager_graphs
     engine = BlockDiffusionEngine(model, _NoTokenizer())
     floor_ms = weight_bytes(model) / (bandwidth * 1e9) * 1e3
     latency = forward_latency_ms(engine, context=1024)
@@ -386,8 +395,17 @@ def small_model_rows(args, skip, device, bandwidth, results):
         del tuned
     if args.profile:
         profile_forward(engine, 1024, args.profile)
-    results["attention_us"] = {b: attention_us(model.config, b, 1024, device) for b in (1, 16)}
-    print(f"attention per layer (us), fused vs matmuls: {results['attention_us']}", flush=True)
+    if "separate" not in skip:  # the same forward with QK-norm, rotary and the cache writes as separate steps
+        network.FUSED_ROTARY_CACHE = False
+        separate = BlockDiffusionEngine(model, _NoTokenizer())
+        results["forward_ms_separate_rotary_cache"] = forward_latency_ms(separate, context=1024)
+        network.FUSED_ROTARY_CACHE = True
+        del separate
+        print(f"forward at batch 1 with the separate steps: {results['forward_ms_separate_rotary_cache']:.3f} ms",
+              flush=True)
+    if "attention" not in skip:
+        results["attention_us"] = {b: attention_us(model.config, b, 1024, device) for b in (1, 16)}
+        print(f"attention per layer (us), fused vs matmuls: {results['attention_us']}", flush=True)
 
     vocab = model.config.vocab_size
     rows = []

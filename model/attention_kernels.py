@@ -138,3 +138,66 @@ def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
         N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim, CHUNK=MERGE_CHUNK,
     )
     return out
+
+
+@triton.jit
+def _qk_norm_rotary_cache_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, sin_ptr, pos_ptr,
+                                 q_out_ptr, k_cache_ptr, v_cache_ptr, n_queries, eps,
+                                 s_qkv_b, s_qkv_q, s_cos_b, s_cos_q, s_pos_b, s_pos_q,
+                                 sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
+                                 N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    row = tl.program_id(0)  # one query token of one batch row
+    head = tl.program_id(1)  # q heads, then k heads, then v heads, as laid out in the fused projection
+    b = row // n_queries
+    query = row % n_queries
+    half = tl.arange(0, HEAD_DIM // 2)
+    src = qkv_ptr + b * s_qkv_b + query * s_qkv_q + head * HEAD_DIM
+    x1 = tl.load(src + half).to(tl.float32)
+    x2 = tl.load(src + HEAD_DIM // 2 + half).to(tl.float32)
+    dtype = q_out_ptr.dtype.element_ty
+    position = tl.load(pos_ptr + b * s_pos_b + query * s_pos_q)
+    if head >= N_HEADS + N_KV_HEADS:  # a value head: into the cache as it is
+        dst = v_cache_ptr + b * sv_b + (head - N_HEADS - N_KV_HEADS) * sv_h + position * sv_n
+        tl.store(dst + half, x1.to(dtype))
+        tl.store(dst + HEAD_DIM // 2 + half, x2.to(dtype))
+    else:
+        # RMSNorm as network.RMSNorm: fp32 statistics, rounded to the model dtype before and after the weight.
+        inv_rms = tl.math.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / HEAD_DIM + eps)
+        is_query = head < N_HEADS
+        w1 = tl.where(is_query, tl.load(q_weight_ptr + half), tl.load(k_weight_ptr + half)).to(tl.float32)
+        w2 = tl.where(is_query, tl.load(q_weight_ptr + HEAD_DIM // 2 + half),
+                      tl.load(k_weight_ptr + HEAD_DIM // 2 + half)).to(tl.float32)
+        n1 = ((x1 * inv_rms).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
+        n2 = ((x2 * inv_rms).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
+        # Rotary (network.apply_rotary): x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1).
+        trig = b * s_cos_b + query * s_cos_q
+        c1 = tl.load(cos_ptr + trig + half).to(tl.float32)
+        c2 = tl.load(cos_ptr + trig + HEAD_DIM // 2 + half).to(tl.float32)
+        s1 = tl.load(sin_ptr + trig + half).to(tl.float32)
+        s2 = tl.load(sin_ptr + trig + HEAD_DIM // 2 + half).to(tl.float32)
+        o1 = (n1 * c1 - n2 * s1).to(dtype)
+        o2 = (n2 * c2 + n1 * s2).to(dtype)
+        if is_query:
+            dst = q_out_ptr + (row * N_HEADS + head) * HEAD_DIM
+        else:
+            dst = k_cache_ptr + b * sk_b + (head - N_HEADS) * sk_h + position * sk_n
+        tl.store(dst + half, o1)
+        tl.store(dst + HEAD_DIM // 2 + half, o2)
+
+
+def qk_norm_rotary_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor,
+                         sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                         n_heads: int, n_kv_heads: int, eps: float) -> torch.Tensor:
+    """network.qk_norm_rotary_cache as one kernel: a program per (token, head) normalises and rotates a query or
+    key head, or copies a value head, and writes keys and values straight into the cache (one launch where
+    Inductor made three: queries, keys with their cache write, values with theirs)."""
+    b, n_queries, _ = qkv.shape
+    head_dim = k_cache.shape[-1]
+    q_out = torch.empty((b, n_queries, n_heads, head_dim), device=qkv.device, dtype=qkv.dtype)
+    _qk_norm_rotary_cache_kernel[(b * n_queries, n_heads + 2 * n_kv_heads)](
+        qkv, q_weight, k_weight, cos, sin, positions, q_out, k_cache, v_cache, n_queries, eps,
+        qkv.stride(0), qkv.stride(1), cos.stride(0), cos.stride(-2), positions.stride(0), positions.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
+        v_cache.stride(2), N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, HEAD_DIM=head_dim, num_warps=1,
+    )
+    return q_out

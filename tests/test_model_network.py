@@ -99,6 +99,85 @@ def test_cache_writes_each_rows_tokens_at_its_own_positions():
         2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2)
 
 
+def cached_step(model, cache, context=20):
+    """Logits of a denoising pass at batch 2 (two blocks of queries over `context` cached tokens)."""
+    size = model.config.block_size
+    positions = (torch.arange(-size, size) + context)[None].repeat(2, 1)
+    positions[1] += size  # the rows at different positions
+    cache.length = context + 2 * size
+    mask = block_causal_mask(positions, torch.arange(cache.length), size)
+    ids = torch.randint(0, 200, positions.shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return model(ids, positions, attn_mask=mask, kv_cache=cache)
+
+
+def filled_cache(config, seed=2):
+    cache = KVCache(config, 2, 40, "cpu", torch.float32)
+    g = torch.Generator().manual_seed(seed)
+    for buffer in cache.k + cache.v:
+        buffer.copy_(torch.randn(buffer.shape, generator=g))
+    return cache
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_one_op_for_attention_inputs_equals_the_separate_steps(monkeypatch, bias):
+    """QK-norm, rotary and the cache writes as dice::qk_norm_rotary_cache (its torch implementation here) give
+    the logits and the cache contents of the separate steps, bit for bit."""
+    from dice_copilot.model import network
+
+    model = tiny_model(attention_bias=bias)
+    model.fuse_projections()
+    results = []
+    for fused in (False, True):
+        monkeypatch.setattr(network, "FUSED_ROTARY_CACHE", fused)
+        cache = filled_cache(model.config)
+        results.append((cached_step(model, cache), cache.k + cache.v))
+    (steps, steps_cache), (op, op_cache) = results
+    assert torch.equal(op, steps)
+    assert all(torch.equal(a, b) for a, b in zip(op_cache, steps_cache))
+
+
+def test_a_compiled_forward_writes_the_callers_cache_through_the_op():
+    """The op declares its cache writes; compiled, they must land in the caller's buffers (not in a copy)."""
+    model = tiny_model()
+    model.fuse_projections()
+    eager_cache, compiled_cache = filled_cache(model.config), filled_cache(model.config)
+    want = cached_step(model, eager_cache)
+    got = cached_step(torch.compile(model, dynamic=True), compiled_cache)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(compiled_cache.k + compiled_cache.v, eager_cache.k + eager_cache.v):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(eager_cache.k[0], filled_cache(model.config).k[0])  # the step did write
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("batch,queries,heads,kv_heads,head_dim", [
+    (1, 8, 16, 8, 128),  # the DICE-1.7B shape in a denoising pass at batch 1
+    (3, 5, 4, 2, 16),
+    (2, 8, 4, 2, 24),  # not a power of two: the torch steps, on the GPU
+])
+def test_the_qk_norm_rotary_cache_kernel_matches_the_separate_steps(dtype, batch, queries, heads, kv_heads,
+                                                                     head_dim):
+    from dice_copilot.model import network
+
+    torch.manual_seed(0)
+    qkv = torch.randn(batch, queries, (heads + 2 * kv_heads) * head_dim, device="cuda", dtype=dtype) * 3
+    q_weight, k_weight = ((torch.rand(head_dim, device="cuda") + 0.5).to(dtype) for _ in range(2))
+    positions = torch.stack([torch.randperm(40, device="cuda")[:queries] for _ in range(batch)])
+    cos, sin = network.RotaryEmbedding(head_dim, 1e6).cuda()(positions, dtype)
+    caches = [torch.randn(batch, kv_heads, 48, head_dim, device="cuda", dtype=dtype) for _ in range(2)]
+    want_k, want_v = (c.clone() for c in caches)
+    want = network._qk_norm_rotary_cache_steps(qkv, q_weight, k_weight, cos, sin, positions, want_k, want_v,
+                                               heads, kv_heads, 1e-6)
+    got = torch.ops.dice.qk_norm_rotary_cache(qkv, q_weight, k_weight, cos, sin, positions, *caches, heads,
+                                              kv_heads, 1e-6)
+    tolerance = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(got, want, **tolerance)
+    torch.testing.assert_close(caches[0], want_k, **tolerance)  # keys: normed and rotated, at their positions
+    assert torch.equal(caches[1], want_v)  # values copied as they are, nothing else touched
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch,heads,kv_heads,queries,keys", [
     (1, 16, 8, 8, 1024 + 4),  # the DICE-1.7B layer shape in a denoising pass
