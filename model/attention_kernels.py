@@ -189,8 +189,8 @@ def qk_norm_rotary_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: to
                          sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                          n_heads: int, n_kv_heads: int, eps: float) -> torch.Tensor:
     """network.qk_norm_rotary_cache as one kernel: a program per (token, head) normalises and rotates a query or
-    key head, or copies a value head, and writes keys and values straight into the cache (one launch where
-    Inductor made three: queries, keys with their cache write, values with theirs)."""
+    key head, or copies a value head, and writes keys and values straight into the cache (one launch in place of
+    Inductor's separate kernels for these steps). The head dim must be a power of two."""
     b, n_queries, _ = qkv.shape
     head_dim = k_cache.shape[-1]
     q_out = torch.empty((b, n_queries, n_heads, head_dim), device=qkv.device, dtype=qkv.dtype)
