@@ -16,9 +16,9 @@ from typing import Callable
 
 import torch
 
+from dice_copilot.model import network
 from dice_copilot.model.config import DiceConfig
 from dice_copilot.model.engine import BlockDiffusionEngine, ContinuousBatcher
-from dice_copilot.model import network
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import (DiceForBlockDiffusion, KVCache, few_query_attention,
                                         fused_few_query_attention, small_query_attention)
