@@ -149,7 +149,9 @@ HALF_CANDIDATES = {
 
 @pytest.mark.slow
 def test_scaled_input_trials_excuse_only_the_references_own_rounding():
-    budget = Budget(call_timeout_s=5, timing=False)
+    # A fixed seed: whether the scaled trials push the precise candidate past atol depends on the inputs (with a
+    # fresh seed per verdict, 2 of 40 seeds kept it within atol, so the excuse went untested and the check failed).
+    budget = Budget(call_timeout_s=5, timing=False, seed=0)
     reference = HALF_MODULE.replace("HALF_FORWARD", HALF_REFERENCE_FORWARD)
     candidate = HALF_MODULE.replace("class Model(", "class ModelNew(")  # the same module, another forward
     with ValidatorPool(run_on_cpu=True) as pool:
