@@ -7,6 +7,7 @@ and writes JSON to --out. See BENCHMARKS.md for recorded results.
 """
 
 import argparse
+import ast
 import functools
 import json
 import statistics
@@ -15,6 +16,7 @@ import time
 from typing import Callable
 
 import torch
+import torch._inductor.config
 
 from dice_copilot.model import network
 from dice_copilot.model.config import DiceConfig
@@ -304,6 +306,9 @@ def main(argv=None) -> int:
                         "('': forward latency rows only)")
     parser.add_argument("--compile-mode", default=None, help="also time the forward compiled with this "
                         "torch.compile mode (e.g. max-autotune-no-cudagraphs)")
+    parser.add_argument("--inductor-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="also time the forward compiled with this Inductor option (repeatable; e.g. "
+                        "triton.enable_pdl=True: programmatic dependent launch)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs of ours (tau 0.9) and the compiled AR baseline, alternating; medians reported")
     parser.add_argument("--out", default=None)
@@ -335,6 +340,10 @@ def main(argv=None) -> int:
             tuned_ms = results["forward_ms_compile_mode"]["ms"]
             print(f"{'  same, compiled with ' + args.compile_mode:<44.44}{tuned_ms:>12.3f}{floor_ms:>12.3f}"
                   f"{tuned_ms / floor_ms:>8.2f}")
+        if "forward_ms_inductor_options" in results:
+            optioned_ms = results["forward_ms_inductor_options"]["ms"]
+            label = "  same, Inductor " + ",".join(args.inductor_option)
+            print(f"{label:<44.44}{optioned_ms:>12.3f}{floor_ms:>12.3f}{optioned_ms / floor_ms:>8.2f}")
         if "forward_ms_separate_rotary_cache" in results:
             separate_ms = results["forward_ms_separate_rotary_cache"]
             print(f"{'  same, rotary and cache writes unfused':<44}{separate_ms:>12.3f}{floor_ms:>12.3f}"
@@ -371,6 +380,18 @@ def main(argv=None) -> int:
     return 0
 
 
+def inductor_options(pairs: list[str]) -> dict:
+    """KEY=VALUE strings as torch._inductor.config.patch's dict, values parsed as Python literals (1, True, 'x')."""
+    options = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        try:
+            options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key] = value
+    return options
+
+
 def small_model_rows(args, skip, device, bandwidth, results):
     """Forward latency vs the memory floor, then tokens/s at batch 1 and 16 against the AR baselines."""
     model = build_model(args.preset, device)
@@ -393,6 +414,13 @@ def small_model_rows(args, skip, device, bandwidth, results):
         print(f"forward at batch 1 compiled with mode {args.compile_mode}: {results['forward_ms_compile_mode']}",
               flush=True)
         del tuned
+    if args.inductor_option:
+        options = inductor_options(args.inductor_option)
+        with torch._inductor.config.patch(options):
+            optioned = BlockDiffusionEngine(model, _NoTokenizer())
+            results["forward_ms_inductor_options"] = {"options": options, "ms": forward_latency_ms(optioned, 1024)}
+        del optioned
+        print(f"forward at batch 1 with Inductor options: {results['forward_ms_inductor_options']}", flush=True)
     if args.profile:
         profile_forward(engine, 1024, args.profile)
     if "separate" not in skip:  # the same forward with QK-norm, rotary and the cache writes as separate steps
