@@ -62,10 +62,10 @@ def main(argv=None) -> int:
         mb = n * k * 2 / 1e6
         row = {"MB": mb, "cublas": graph_us(torch.nn.functional.linear, inputs)}
         reference = torch.nn.functional.linear(x, weights[0]).float()
-        for block_n in (64, 128):
-            for block_k in (64, 128, 256):
-                for programs in (264, 528):
-                    for warps, stages in ((4, 3), (4, 4), (8, 4)):
+        for block_n in (32, 64, 128):
+            for block_k in (32, 64, 128, 256):
+                for programs in (264, 528, 1056):
+                    for warps, stages in ((2, 3), (4, 2), (4, 3), (4, 4), (8, 4)):
                         cfg = split_k_config(n, k, block_n, block_k, programs)
                         if cfg is None:
                             continue

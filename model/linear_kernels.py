@@ -5,9 +5,11 @@ tiles of 64-128 outputs for these shapes and so launches 32-96 programs on the H
 leaves SMs idle and keeps too few bytes in flight: 1.4-3.2 TB/s of the copy rate's 4.2 (profile in
 BENCHMARKS.md). Here the K dimension is split too, so that every SM streams a few slices of the weight at once,
 and each program multiplies its weight tile [BLOCK_N, BLOCK_K] by the rows' slice with the tensor cores (the rows
-padded to 16). Each split writes fp32 partial sums; the caller adds them up (`few_row_linear`), and under
-torch.compile that sum fuses into the kernel that reads the output next (the SwiGLU, the residual add and norm),
-so the split costs no kernel of its own.
+padded to 16). Each split writes fp32 partial sums; the caller adds them up (`network.linear`), and under
+torch.compile that sum fuses into the kernel that reads the output next (the SwiGLU, the residual add and norm,
+the QK-norm/rotary kernel), so the split costs no kernel of its own. Timed alone (8 rows, 28 weights in one CUDA
+graph, H200): q/k/v 5.9 against cuBLAS's 6.7 us, o_proj 4.4 against 6.1, gate/up 14.3 against 15.5, down_proj
+8.1 against 10.8 (cuBLAS's split-K reduce included).
 """
 
 import torch
@@ -16,7 +18,12 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 MAX_ROWS = 16  # rows (batch x queries) the kernel takes: more rows are a GEMM, cuBLAS's job
-TARGET_PROGRAMS = 264  # two per SM of an H200
+# Swept on the H200 (bench/linear_sweep.py, 8 rows, 28 weights): 64 x 64 tiles, 4 warps, 3 stages and at least
+# ~400 programs were best or within 3% of it for all four projections of the DICE-1.7B shape.
+TARGET_PROGRAMS = 384
+# At most 8 splits: Inductor unrolls a sum over at most 8 elements (its unroll_reductions_threshold) into the loads
+# of the kernel that consumes it; a longer sum would be a reduction kernel of its own.
+MAX_SPLITS = 8
 
 
 @triton.jit
@@ -37,21 +44,24 @@ def _split_k_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_out, k_per_split, sx_m, sx_
     tl.store(out, acc, mask=row_ok[None, :])
 
 
-def split_k_config(n_out: int, k: int, block_n: int = 64, block_k: int = 128,
+def split_k_config(n_out: int, k: int, block_n: int | None = None, block_k: int = 64,
                    programs: int = TARGET_PROGRAMS) -> tuple[int, int, int] | None:
-    """(BLOCK_N, BLOCK_K, splits) for an [n_out, k] weight: the fewest K splits (a power of two) that give at
-    least `programs` programs; None when the shape does not tile evenly (the caller falls back to F.linear)."""
+    """(BLOCK_N, BLOCK_K, splits) for an [n_out, k] weight: the fewest K splits (a power of two, at most
+    MAX_SPLITS) that give at least `programs` programs; BLOCK_N 64, or 32 where 64 leaves too few programs.
+    None when the shape does not tile evenly (the caller falls back to F.linear)."""
+    if block_n is None:
+        block_n = 64 if n_out // 64 * MAX_SPLITS >= programs else 32
     if n_out % block_n or k % block_k:
         return None
     splits = 1
-    while n_out // block_n * splits < programs and k % (block_k * splits * 2) == 0:
+    while n_out // block_n * splits < programs and splits < MAX_SPLITS and k % (block_k * splits * 2) == 0:
         splits *= 2
     return block_n, block_k, splits
 
 
 @triton_op("dice::split_k_partials", mutates_args={})
 def split_k_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, splits: int,
-                     num_warps: int = 4, num_stages: int = 4) -> torch.Tensor:
+                     num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
     """x [R, K] (R <= MAX_ROWS) times weight [N, K] transposed, as fp32 partial sums [splits, R, N] over equal
     K slices (their sum is x @ weight.T). Needs N % block_n == 0 and K % (block_k * splits) == 0."""
     n_rows, k = x.shape
@@ -64,14 +74,12 @@ def split_k_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_
     return out
 
 
-def few_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight, bias) for a few rows on a GPU through the split-K kernel, F.linear otherwise. The
-    partial sums are added in fp32 and rounded once, as a GEMM's accumulator is."""
+def linear_partials(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
+    """x [..., K] @ weight.T as the split-K kernel's fp32 partial sums [splits, ..., N], or None where the kernel
+    does not apply (not CUDA, more than MAX_ROWS rows, a shape that does not tile): the caller uses F.linear."""
     rows = x.reshape(-1, x.shape[-1])
     config = split_k_config(*weight.shape)
-    if not x.is_cuda or rows.shape[0] > MAX_ROWS or config is None:
-        return torch.nn.functional.linear(x, weight, bias)
-    out = split_k_partials(rows, weight, *config).sum(0)
-    if bias is not None:
-        out = out + bias.float()
-    return out.to(x.dtype).view(*x.shape[:-1], weight.shape[0])
+    if not x.is_cuda or rows.shape[0] > MAX_ROWS or config is None or weight.stride(-1) != 1:
+        return None
+    partials = split_k_partials(rows.contiguous(), weight, *config)
+    return partials.view(config[2], *x.shape[:-1], weight.shape[0])
