@@ -301,8 +301,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ar-new-tokens", type=int, default=64, help="plain generate() is slow: fewer tokens")
     parser.add_argument("--skip", default="", help="comma list of rows to skip: compiled,plain,reference,"
                         "small (the whole DICE-1.7B part),large, and of forward-latency rows: eager (the uncompiled "
-                        "graph),separate (the attention inputs without their fused op),cublas (the projections "
-                        "without the split-K kernel),attention (the kernel timings)")
+                        "graph),separate (the attention inputs without their fused op),attention (the kernel timings)")
     parser.add_argument("--batches", default="1,16", help="comma list of batch sizes for the DICE-1.7B rows "
                         "('': forward latency rows only)")
     parser.add_argument("--compile-mode", default=None, help="also time the forward compiled with this "
@@ -349,10 +348,6 @@ def main(argv=None) -> int:
             separate_ms = results["forward_ms_separate_rotary_cache"]
             print(f"{'  same, rotary and cache writes unfused':<44}{separate_ms:>12.3f}{floor_ms:>12.3f}"
                   f"{separate_ms / floor_ms:>8.2f}")
-        if "forward_ms_cublas_projections" in results:
-            cublas_ms = results["forward_ms_cublas_projections"]
-            print(f"{'  same, projections on cuBLAS (no split-K)':<44}{cublas_ms:>12.3f}{floor_ms:>12.3f}"
-                  f"{cublas_ms / floor_ms:>8.2f}")
         if eager_graph_ms is not None:
             print(f"{'  same, CUDA graph of the uncompiled model':<44}{eager_graph_ms:>12.3f}{floor_ms:>12.3f}"
                   f"{eager_graph_ms / floor_ms:>8.2f}")
@@ -435,14 +430,6 @@ def small_model_rows(args, skip, device, bandwidth, results):
         network.FUSED_ROTARY_CACHE = True
         del separate
         print(f"forward at batch 1 with the separate steps: {results['forward_ms_separate_rotary_cache']:.3f} ms",
-              flush=True)
-    if "cublas" not in skip and network.SPLIT_K_LINEAR:  # the same forward with every projection on cuBLAS
-        network.SPLIT_K_LINEAR = False
-        plain = BlockDiffusionEngine(model, _NoTokenizer())
-        results["forward_ms_cublas_projections"] = forward_latency_ms(plain, context=1024)
-        network.SPLIT_K_LINEAR = True
-        del plain
-        print(f"forward at batch 1 with cuBLAS projections: {results['forward_ms_cublas_projections']:.3f} ms",
               flush=True)
     if "attention" not in skip:
         results["attention_us"] = {b: attention_us(model.config, b, 1024, device) for b in (1, 16)}

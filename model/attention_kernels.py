@@ -143,24 +143,18 @@ def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
 @triton.jit
 def _qk_norm_rotary_cache_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, sin_ptr, pos_ptr,
                                  q_out_ptr, k_cache_ptr, v_cache_ptr, n_queries, eps,
-                                 s_qkv_s, s_qkv_b, s_qkv_q, s_cos_b, s_cos_q, s_pos_b, s_pos_q,
+                                 s_qkv_b, s_qkv_q, s_cos_b, s_cos_q, s_pos_b, s_pos_q,
                                  sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
-                                 N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                                 SPLITS: tl.constexpr):
+                                 N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr):
     row = tl.program_id(0)  # one query token of one batch row
     head = tl.program_id(1)  # q heads, then k heads, then v heads, as laid out in the fused projection
     b = row // n_queries
     query = row % n_queries
     half = tl.arange(0, HEAD_DIM // 2)
     src = qkv_ptr + b * s_qkv_b + query * s_qkv_q + head * HEAD_DIM
-    x1 = tl.zeros((HEAD_DIM // 2,), tl.float32)
-    x2 = tl.zeros((HEAD_DIM // 2,), tl.float32)
-    for split in tl.static_range(SPLITS):  # the projection's split-K partial sums (one: the projection itself)
-        x1 += tl.load(src + split * s_qkv_s + half).to(tl.float32)
-        x2 += tl.load(src + split * s_qkv_s + HEAD_DIM // 2 + half).to(tl.float32)
+    x1 = tl.load(src + half).to(tl.float32)
+    x2 = tl.load(src + HEAD_DIM // 2 + half).to(tl.float32)
     dtype = q_out_ptr.dtype.element_ty
-    x1 = x1.to(dtype).to(tl.float32)  # the projection's output in the model dtype
-    x2 = x2.to(dtype).to(tl.float32)
     position = tl.load(pos_ptr + b * s_pos_b + query * s_pos_q)
     if head >= N_HEADS + N_KV_HEADS:  # a value head: into the cache as it is
         dst = v_cache_ptr + b * sv_b + (head - N_HEADS - N_KV_HEADS) * sv_h + position * sv_n
@@ -196,16 +190,14 @@ def qk_norm_rotary_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: to
                          n_heads: int, n_kv_heads: int, eps: float) -> torch.Tensor:
     """network.qk_norm_rotary_cache as one kernel: a program per (token, head) normalises and rotates a query or
     key head, or copies a value head, and writes keys and values straight into the cache (one launch in place of
-    Inductor's separate kernels for these steps). The head dim must be a power of two. qkv may be the projection's
-    split-K partial sums [S, B, Q, N] (fp32), added up here."""
-    partials = qkv if qkv.dim() == 4 else qkv[None]
-    splits, b, n_queries, _ = partials.shape
+    Inductor's separate kernels for these steps). The head dim must be a power of two."""
+    b, n_queries, _ = qkv.shape
     head_dim = k_cache.shape[-1]
-    q_out = torch.empty((b, n_queries, n_heads, head_dim), device=qkv.device, dtype=k_cache.dtype)
+    q_out = torch.empty((b, n_queries, n_heads, head_dim), device=qkv.device, dtype=qkv.dtype)
     _qk_norm_rotary_cache_kernel[(b * n_queries, n_heads + 2 * n_kv_heads)](
-        partials, q_weight, k_weight, cos, sin, positions, q_out, k_cache, v_cache, n_queries, eps,
-        *partials.stride()[:3], cos.stride(0), cos.stride(-2), positions.stride(0), positions.stride(1),
+        qkv, q_weight, k_weight, cos, sin, positions, q_out, k_cache, v_cache, n_queries, eps,
+        qkv.stride(0), qkv.stride(1), cos.stride(0), cos.stride(-2), positions.stride(0), positions.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
-        v_cache.stride(2), N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, HEAD_DIM=head_dim, SPLITS=splits, num_warps=1,
+        v_cache.stride(2), N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, HEAD_DIM=head_dim, num_warps=1,
     )
     return q_out

@@ -27,15 +27,6 @@ if os.environ.get("DICE_FUSED_ATTENTION", "1") != "0":
         from .attention_kernels import few_query_attention as fused_few_query_attention
     except ImportError:  # no Triton (CPU-only installs)
         pass
-# Few-row projections (decoding at small batch) through the split-K kernel on a GPU (linear_kernels);
-# DICE_SPLIT_K_LINEAR=0 (or False here) leaves every projection to F.linear (cuBLAS).
-linear_partials = None
-if os.environ.get("DICE_SPLIT_K_LINEAR", "1") != "0":
-    try:
-        from .linear_kernels import linear_partials
-    except ImportError:  # no Triton (CPU-only installs)
-        pass
-SPLIT_K_LINEAR = linear_partials is not None
 # Decoding with a cache, queries and keys are normalised, rotated and the keys/values cached by one op
 # (qk_norm_rotary_cache; one Triton kernel on a GPU). False (or DICE_FUSED_ROTARY_CACHE=0): the separate steps.
 FUSED_ROTARY_CACHE = os.environ.get("DICE_FUSED_ROTARY_CACHE", "1") != "0"
@@ -56,25 +47,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x32.to(x.dtype)
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           partial_sums: bool = False) -> torch.Tensor:
-    """F.linear, except that without autograd a few rows on a GPU go through the split-K kernel: its fp32 partial
-    sums are added up, the bias added, and the result rounded once, as a GEMM's accumulator is. partial_sums (no
-    bias): hand back those partial sums [splits, ..., N] instead of adding them (a caller that adds them itself);
-    F.linear's output where the kernel does not apply."""
-    partials = None
-    if SPLIT_K_LINEAR and not torch.is_grad_enabled():
-        partials = linear_partials(x, weight)
-    if partials is None:
-        return F.linear(x, weight, bias)
-    if partial_sums and bias is None:
-        return partials
-    out = partials.sum(0)
-    if bias is not None:
-        out = out + bias.float()
-    return out.to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -145,8 +117,7 @@ class KVCache:
 def qk_norm_rotary_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor,
                          sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                          n_heads: int, n_kv_heads: int, eps: float) -> torch.Tensor:
-    """One decoding step's attention inputs from the fused q/k/v projection qkv [B, Q, (Hq + 2 Hkv) * D] (or its
-    split-K partial sums, fp32 [S, B, Q, (Hq + 2 Hkv) * D], added up and rounded to the cache's dtype): returns
+    """One decoding step's attention inputs from the fused q/k/v projection qkv [B, Q, (Hq + 2 Hkv) * D]: returns
     the queries [B, Q, Hq, D], QK-normed and rotated; writes the keys (QK-normed, rotated) and the values into
     k_cache / v_cache [B, Hkv, L, D] at [b, :, positions[b, q]]. cos/sin: [B, 1, Q, D] (RotaryEmbedding).
     The same arithmetic as Attention's separate steps; on a GPU one Triton kernel (attention_kernels), where
@@ -158,8 +129,6 @@ def qk_norm_rotary_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: to
 
 def _qk_norm_rotary_cache_steps(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, n_heads, n_kv_heads,
                                 eps):
-    if qkv.dim() == 4:  # split-K partial sums
-        qkv = qkv.sum(0).to(k_cache.dtype)
     b, q_len, _ = qkv.shape
     d = k_cache.shape[-1]
     q, k, v = qkv.view(b, q_len, n_heads + 2 * n_kv_heads, d).split([n_heads, n_kv_heads, n_kv_heads], dim=2)
@@ -174,7 +143,7 @@ def _qk_norm_rotary_cache_steps(qkv, q_weight, k_weight, cos, sin, positions, k_
 
 @qk_norm_rotary_cache.register_fake
 def _(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, n_heads, n_kv_heads, eps):
-    return k_cache.new_empty((qkv.shape[-3], qkv.shape[-2], n_heads, k_cache.shape[-1]))
+    return qkv.new_empty((qkv.shape[0], qkv.shape[1], n_heads, k_cache.shape[-1]))
 
 
 try:
@@ -243,7 +212,7 @@ class Attention(nn.Module):
         fused = self.qkv is not None and not torch.is_grad_enabled()
         if fused and isinstance(kv_cache, KVCache) and FUSED_ROTARY_CACHE:  # (not a prefill's writer)
             q = torch.ops.dice.qk_norm_rotary_cache(
-                self.qkv.unsplit(x, partial_sums=True), self.q_norm.weight, self.k_norm.weight, cos, sin, position_ids,
+                self.qkv.unsplit(x), self.q_norm.weight, self.k_norm.weight, cos, sin, position_ids,
                 kv_cache.k[self.layer_index], kv_cache.v[self.layer_index], self.n_heads, self.n_kv_heads,
                 self.q_norm.eps).transpose(1, 2)
             # The attended length comes from the mask's shape, not from a Python int, so one compiled graph
@@ -266,7 +235,7 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=attn_mask, scale=1.0 / math.sqrt(self.head_dim),
                 enable_gqa=self.n_heads != self.n_kv_heads,
             )
-        return linear(out.transpose(1, 2).reshape(b, q_len, -1), self.o_proj.weight, self.o_proj.bias)
+        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
 
 
 class MLP(nn.Module):
@@ -282,7 +251,7 @@ class MLP(nn.Module):
             gate, up = self.gate_up(x)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return linear(F.silu(gate) * up, self.down_proj.weight)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class FusedLinear:
@@ -314,9 +283,9 @@ class FusedLinear:
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.unsplit(x).split(self.sizes, dim=-1)
 
-    def unsplit(self, x: torch.Tensor, partial_sums: bool = False) -> torch.Tensor:
-        """The layers' outputs side by side in one tensor (partial_sums: as `linear`)."""
-        return linear(x, self.weight, self.bias, partial_sums)
+    def unsplit(self, x: torch.Tensor) -> torch.Tensor:
+        """The layers' outputs side by side in one tensor."""
+        return F.linear(x, self.weight, self.bias)
 
 
 class DecoderLayer(nn.Module):

@@ -137,57 +137,6 @@ def test_the_one_op_for_attention_inputs_equals_the_separate_steps(monkeypatch, 
     assert all(torch.equal(a, b) for a, b in zip(op_cache, steps_cache))
 
 
-def k_slices_partials(x, weight, splits=4):
-    """What the split-K kernel hands back, computed with torch: fp32 partial sums over `splits` K slices."""
-    slices = zip(x.float().chunk(splits, dim=-1), weight.float().chunk(splits, dim=-1))
-    return torch.stack([F.linear(xs, ws) for xs, ws in slices])
-
-
-def test_linear_adds_the_split_k_partial_sums_rounds_once_and_keeps_autograd_on_f_linear(monkeypatch):
-    from dice_copilot.model import network
-
-    calls = []
-    monkeypatch.setattr(network, "linear_partials", lambda x, w: calls.append(x.shape) or k_slices_partials(x, w))
-    monkeypatch.setattr(network, "SPLIT_K_LINEAR", True)
-    torch.manual_seed(0)
-    x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
-    weight, bias = torch.randn(32, 64, dtype=torch.bfloat16), torch.randn(32, dtype=torch.bfloat16)
-    partials = k_slices_partials(x, weight)
-    with torch.no_grad():
-        assert torch.equal(network.linear(x, weight, bias), (partials.sum(0) + bias.float()).to(torch.bfloat16))
-        assert torch.equal(network.linear(x, weight, partial_sums=True), partials)
-        # with a bias the caller gets the finished output even when it asked for the partial sums
-        assert network.linear(x, weight, bias, partial_sums=True).shape == (2, 3, 32)
-        torch.testing.assert_close(network.linear(x, weight, bias), F.linear(x, weight, bias), atol=0.1, rtol=0.02)
-    assert len(calls) == 4
-    w = weight.float().requires_grad_()
-    out = network.linear(x.float(), w)  # autograd on: F.linear, the kernel (which has no backward) is not called
-    assert len(calls) == 4 and out.requires_grad
-
-
-@pytest.mark.parametrize("bias", [False, True])
-def test_a_decoding_step_through_split_k_partial_sums_equals_the_plain_projections(monkeypatch, bias):
-    """Every projection of a cached step as partial sums (q/k/v's added up inside the rotary/cache op, the others
-    by `linear`) gives the logits and cache of the plain projections, up to the order of the K sum."""
-    from dice_copilot.model import network
-
-    model = tiny_model(attention_bias=bias)
-    model.fuse_projections()
-    calls = []
-    monkeypatch.setattr(network, "linear_partials", lambda x, w: calls.append(w.shape) or k_slices_partials(x, w))
-    results = []
-    for split_k in (False, True):
-        monkeypatch.setattr(network, "SPLIT_K_LINEAR", split_k)
-        cache = filled_cache(model.config)
-        results.append((cached_step(model, cache), cache.k + cache.v))
-    (plain, plain_cache), (split, split_cache) = results
-    config = model.config
-    assert len(calls) == 4 * config.num_hidden_layers  # q/k/v, o_proj, gate/up, down_proj in every layer
-    torch.testing.assert_close(split, plain, rtol=1e-4, atol=1e-4)
-    for a, b in zip(split_cache, plain_cache):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-
-
 def test_a_compiled_forward_writes_the_callers_cache_through_the_op():
     """The op declares its cache writes; compiled, they must land in the caller's buffers (not in a copy)."""
     model = tiny_model()
@@ -208,15 +157,12 @@ def test_a_compiled_forward_writes_the_callers_cache_through_the_op():
     (3, 5, 4, 2, 16),
     (2, 8, 4, 2, 24),  # not a power of two: the torch steps, on the GPU
 ])
-@pytest.mark.parametrize("splits", [0, 8])
 def test_the_qk_norm_rotary_cache_kernel_matches_the_separate_steps(dtype, batch, queries, heads, kv_heads,
-                                                                     head_dim, splits):
-    """splits 0: the projection's output as it is; 8: its split-K partial sums (fp32), added up by the op."""
+                                                                     head_dim):
     from dice_copilot.model import network
 
     torch.manual_seed(0)
-    shape = (batch, queries, (heads + 2 * kv_heads) * head_dim)
-    qkv = (torch.randn(splits, *shape, device="cuda") if splits else torch.randn(shape, device="cuda", dtype=dtype)) * 3
+    qkv = torch.randn(batch, queries, (heads + 2 * kv_heads) * head_dim, device="cuda", dtype=dtype) * 3
     q_weight, k_weight = ((torch.rand(head_dim, device="cuda") + 0.5).to(dtype) for _ in range(2))
     positions = torch.stack([torch.randperm(40, device="cuda")[:queries] for _ in range(batch)])
     cos, sin = network.RotaryEmbedding(head_dim, 1e6).cuda()(positions, dtype)
@@ -229,26 +175,7 @@ def test_the_qk_norm_rotary_cache_kernel_matches_the_separate_steps(dtype, batch
     tolerance = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=2e-2)
     torch.testing.assert_close(got, want, **tolerance)
     torch.testing.assert_close(caches[0], want_k, **tolerance)  # keys: normed and rotated, at their positions
-    if splits:  # the sum of the partials may round the other way in the last bit
-        torch.testing.assert_close(caches[1], want_v, **tolerance)
-    else:
-        assert torch.equal(caches[1], want_v)  # values copied as they are, nothing else touched
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows,n_out,k", [(8, 4096, 2048), (8, 2048, 6144), (3, 12288, 2048), (16, 128, 64)])
-def test_the_split_k_linear_kernel_matches_cublas(rows, n_out, k):
-    from dice_copilot.model import linear_kernels
-
-    torch.manual_seed(0)
-    x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-    weight = torch.randn(n_out, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
-    partials = linear_kernels.linear_partials(x, weight)
-    assert partials is not None and partials.dtype == torch.float32
-    want = F.linear(x.float(), weight.float())
-    torch.testing.assert_close(partials.sum(0), want, atol=2e-3, rtol=2e-3)
-    many_rows = torch.randn(linear_kernels.MAX_ROWS + 1, k, device="cuda", dtype=torch.bfloat16)
-    assert linear_kernels.linear_partials(many_rows, weight) is None  # a GEMM: left to cuBLAS
+    assert torch.equal(caches[1], want_v)  # values copied as they are, nothing else touched
 
 
 @pytest.mark.gpu
