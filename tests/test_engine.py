@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dice_copilot.model.config import DiceConfig
-from dice_copilot.model.engine import BlockDiffusionEngine, choose_commits, sample_tokens
+from dice_copilot.model.engine import BlockDiffusionEngine, choose_commits, greedy_tokens, sample_tokens
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import DiceForBlockDiffusion
 
@@ -179,3 +179,19 @@ def test_bad_arguments_say_what_to_do():
         engine.generate(["3"], strategy="greedy")
     with pytest.raises(ValueError, match="max_new_tokens"):
         engine.generate(["3"], max_new_tokens=10_000)
+
+
+@pytest.mark.parametrize("vocab", [151936, 1000, 77])
+def test_greedy_tokens_choose_and_score_as_sampling_at_temperature_zero(vocab):
+    torch.manual_seed(0)
+    logits = torch.randn(4, vocab) * 4
+    logits[0, 5] = logits[0, vocab - 3] = 50.0  # an exact tie in different slices: the lower id wins
+    logits[1, : vocab // 2] = float("-inf")  # whole slices that can never be chosen
+    logits[2, :] = 0.0  # all equal: token 0 with probability 1 / V
+    want_tokens, want_confidence = sample_tokens(logits, 0.0, 0, 1.0)
+    tokens, confidence = greedy_tokens(logits)
+    assert torch.equal(tokens, want_tokens)
+    assert tokens[0] == 5 and tokens[2] == 0
+    torch.testing.assert_close(confidence, want_confidence, rtol=1e-5, atol=1e-6)
+    compiled = torch.compile(greedy_tokens, dynamic=True)(logits)
+    assert torch.equal(compiled[0], want_tokens)
