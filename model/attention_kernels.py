@@ -12,18 +12,30 @@ read as given (any boolean [B, 1, Q, K] mask), so the result is the same functio
 `network.small_query_attention`, up to rounding.
 """
 
+import functools
 import math
+import os
 
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
 
 TILE_SIZES = (128, 64, 32, 16)  # keys per program, largest first (tl.dot needs at least 16)
 # Programs wanted per launch, about two per SM of an H200 (132 SMs): batch 1 over 1k keys gets 32-key tiles,
 # batch 16 keeps 128-key ones (the sweep above).
 TARGET_PROGRAMS = 256
 MERGE_CHUNK = 64  # tiles the merge kernel reads at once
+# Programmatic dependent launch (PDL): each kernel here is launched while the one before it drains and waits
+# (griddepcontrol.wait) before reading anything, which hides its launch gap. On the H200 the batch-1 forward
+# took 1.792 ms with it and 1.832 ms without (BENCHMARKS.md, decode run 12). DICE_PDL=0 turns it off, here and in
+# Inductor.
+PDL_ALLOWED = os.environ.get("DICE_PDL", "1") != "0"
+
+
+@functools.cache
+def uses_pdl(device: torch.device) -> bool:
+    """Whether kernels on `device` launch with PDL: a CUDA GPU of compute capability 9.0 (Hopper) or newer."""
+    return PDL_ALLOWED and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def keys_per_program(n_keys: int, n_heads_total: int) -> int:
@@ -39,7 +51,10 @@ def _tile_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr,
                  n_keys, n_tiles, scale,
                  sq_b, sq_h, sq_q, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sm_b, sm_q, sm_n,
                  N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, N_QUERIES: tl.constexpr, ROWS: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # wait for the kernel before, then let the next one launch
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     tile = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // N_KV_HEADS
@@ -78,7 +93,10 @@ def _tile_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr,
 def _merge_kernel(acc_ptr, max_ptr, sum_ptr, out_ptr, n_tiles,
                   so_b, so_h, so_q, so_d,
                   N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, N_QUERIES: tl.constexpr, ROWS: tl.constexpr,
-                  HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr):
+                  HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # wait for the kernel before, then let the next one launch
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // N_KV_HEADS
@@ -108,7 +126,9 @@ def _merge_kernel(acc_ptr, max_ptr, sum_ptr, out_ptr, n_tiles,
     tl.store(out_ptr + b * so_b + head * so_h + query * so_q + dims * so_d, (out / total).to(out_ptr.dtype.element_ty))
 
 
-@triton_op("dice::few_query_attention", mutates_args={})
+# A custom op that launches through Triton's own runtime, where launch options such as PDL apply (Inductor
+# launching a wrapped kernel itself drops them); Inductor could not fuse into these kernels anyway.
+@torch.library.custom_op("dice::few_query_attention", mutates_args=())
 def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                         n_kv_heads: int, tile_keys: int = 0) -> torch.Tensor:
     """Grouped-query attention: q [B,Hq,Q,D], k/v [B,Hkv,K,D] (any strides, e.g. views of a cache), mask bool
@@ -126,18 +146,26 @@ def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
     sums = torch.empty((parts, rows), device=q.device, dtype=torch.float32)
     # Laid out [B, Q, Hq, D] (returned as its [B, Hq, Q, D] view): the caller's transpose back for o_proj is free.
     out = torch.empty((b, n_queries, n_heads, head_dim), device=q.device, dtype=q.dtype).transpose(1, 2)
-    mask = mask.to(torch.uint8)  # as bytes (a bool view does not lower in Inductor); 8 KB per row at 1k keys
-    wrap_triton(_tile_kernel)[(n_tiles, b * n_kv_heads)](
+    mask = mask.view(torch.uint8)  # the same bytes, which Triton reads as integers; 8 KB per row at 1k keys
+    pdl = uses_pdl(q.device)
+    _tile_kernel[(n_tiles, b * n_kv_heads)](
         q, k, v, mask, acc, maxes, sums, n_keys, n_tiles, 1.0 / math.sqrt(head_dim),
         *q.stride(), *k.stride(), *v.stride(), mask.stride(0), mask.stride(2), mask.stride(3),
         N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim,
-        BLOCK_N=tile_keys,
+        BLOCK_N=tile_keys, PDL=pdl, launch_pdl=pdl,
     )
-    wrap_triton(_merge_kernel)[(group * n_queries, b * n_kv_heads)](
+    _merge_kernel[(group * n_queries, b * n_kv_heads)](
         acc, maxes, sums, out, n_tiles, *out.stride(),
         N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim, CHUNK=MERGE_CHUNK,
+        PDL=pdl, launch_pdl=pdl,
     )
     return out
+
+
+@few_query_attention.register_fake
+def _(q, k, v, mask, n_kv_heads, tile_keys=0):
+    b, n_heads, n_queries, head_dim = q.shape
+    return q.new_empty((b, n_queries, n_heads, head_dim)).transpose(1, 2)
 
 
 @triton.jit
@@ -145,7 +173,11 @@ def _qk_norm_rotary_cache_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, s
                                  q_out_ptr, k_cache_ptr, v_cache_ptr, n_queries, eps,
                                  s_qkv_b, s_qkv_q, s_cos_b, s_cos_q, s_pos_b, s_pos_q,
                                  sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
-                                 N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr):
+                                 N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                 PDL: tl.constexpr):
+    if PDL:  # wait for the kernel before, then let the next one launch
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)  # one query token of one batch row
     head = tl.program_id(1)  # q heads, then k heads, then v heads, as laid out in the fused projection
     b = row // n_queries
@@ -164,9 +196,9 @@ def _qk_norm_rotary_cache_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, s
         # RMSNorm as network.RMSNorm: fp32 statistics, rounded to the model dtype before and after the weight.
         inv_rms = tl.math.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / HEAD_DIM + eps)
         is_query = head < N_HEADS
-        w1 = tl.where(is_query, tl.load(q_weight_ptr + half), tl.load(k_weight_ptr + half)).to(tl.float32)
-        w2 = tl.where(is_query, tl.load(q_weight_ptr + HEAD_DIM // 2 + half),
-                      tl.load(k_weight_ptr + HEAD_DIM // 2 + half)).to(tl.float32)
+        weight_ptr = q_weight_ptr if is_query else k_weight_ptr
+        w1 = tl.load(weight_ptr + half).to(tl.float32)
+        w2 = tl.load(weight_ptr + HEAD_DIM // 2 + half).to(tl.float32)
         n1 = ((x1 * inv_rms).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
         n2 = ((x2 * inv_rms).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
         # Rotary (network.apply_rotary): x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1).
@@ -194,10 +226,12 @@ def qk_norm_rotary_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: to
     b, n_queries, _ = qkv.shape
     head_dim = k_cache.shape[-1]
     q_out = torch.empty((b, n_queries, n_heads, head_dim), device=qkv.device, dtype=qkv.dtype)
+    pdl = uses_pdl(qkv.device)
     _qk_norm_rotary_cache_kernel[(b * n_queries, n_heads + 2 * n_kv_heads)](
         qkv, q_weight, k_weight, cos, sin, positions, q_out, k_cache, v_cache, n_queries, eps,
         qkv.stride(0), qkv.stride(1), cos.stride(0), cos.stride(-2), positions.stride(0), positions.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
-        v_cache.stride(2), N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, HEAD_DIM=head_dim, num_warps=1,
+        v_cache.stride(2), N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, HEAD_DIM=head_dim, PDL=pdl, num_warps=1,
+        launch_pdl=pdl,
     )
     return q_out

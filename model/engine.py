@@ -27,7 +27,7 @@ import torch
 
 from .config import DiceConfig
 from .masks import block_causal_mask
-from .network import DiceForBlockDiffusion, KVCache
+from .network import DiceForBlockDiffusion, KVCache, uses_pdl
 
 log = logging.getLogger(__name__)
 STRATEGIES = ("dynamic", "static", "sequential")
@@ -278,15 +278,22 @@ class ForwardRunner:
         self._pass_graphs = True  # off after a capture failed
         # A graph of the eager model still replays ~30 small kernels per layer (norms, rotary, SwiGLU), each with
         # its own launch gap; Inductor fuses them. dynamic=True: one compilation serves every batch and length.
-        self._forward = torch.compile(model, dynamic=True, mode=compile_mode) if compile else model
+        # Inductor's kernels launch with PDL where ours do, so that a launch gap hides behind the kernel before
+        # (not with an explicit compile_mode: torch.compile takes a mode or options, not both).
+        pdl = not compile_mode and uses_pdl(next(model.parameters()).device)
+        self._compile_options = {"triton.enable_pdl": True} if pdl else None
+        self._forward = (torch.compile(model, dynamic=True, mode=compile_mode, options=self._compile_options)
+                         if compile else model)
         self.compile_bookkeeping(compile)
 
     def compile_bookkeeping(self, on: bool) -> None:
         """The pass's bookkeeping after the forward (sampling, commits, row state) compiled by Inductor, or eager.
         Eager it is dozens of small kernels, each with its launch gap even in a graph; fused, a batch-1 pass on an
         H200 took 0.1 ms less. Graphs captured before a switch keep the functions they were captured with."""
-        self.advance_rows = torch.compile(advance_rows, dynamic=True) if on else advance_rows
-        self.advance_rows_greedy = torch.compile(advance_rows_greedy, dynamic=True) if on else advance_rows_greedy
+        options = self._compile_options
+        self.advance_rows = torch.compile(advance_rows, dynamic=True, options=options) if on else advance_rows
+        self.advance_rows_greedy = (torch.compile(advance_rows_greedy, dynamic=True, options=options) if on
+                                    else advance_rows_greedy)
 
     def attended_length(self, needed: int, capacity: int) -> int:
         if not self.use_graphs:

@@ -27,6 +27,15 @@ if os.environ.get("DICE_FUSED_ATTENTION", "1") != "0":
         from .attention_kernels import few_query_attention as fused_few_query_attention
     except ImportError:  # no Triton (CPU-only installs)
         pass
+
+
+def uses_pdl(device: torch.device) -> bool:
+    """Whether the fused kernels launch with programmatic dependent launch on `device` (attention_kernels), so
+    the compiled forward should launch Inductor's kernels so too."""
+    if fused_few_query_attention is None:
+        return False
+    from .attention_kernels import uses_pdl as kernels_use_pdl
+    return kernels_use_pdl(device)
 # Decoding with a cache, queries and keys are normalised, rotated and the keys/values cached by one op
 # (qk_norm_rotary_cache; one Triton kernel on a GPU). False (or DICE_FUSED_ROTARY_CACHE=0): the separate steps.
 FUSED_ROTARY_CACHE = os.environ.get("DICE_FUSED_ROTARY_CACHE", "1") != "0"
