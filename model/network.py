@@ -36,6 +36,8 @@ def uses_pdl(device: torch.device) -> bool:
         return False
     from .attention_kernels import uses_pdl as kernels_use_pdl
     return kernels_use_pdl(device)
+
+
 # Decoding with a cache, queries and keys are normalised, rotated and the keys/values cached by one op
 # (qk_norm_rotary_cache; one Triton kernel on a GPU). False (or DICE_FUSED_ROTARY_CACHE=0): the separate steps.
 FUSED_ROTARY_CACHE = os.environ.get("DICE_FUSED_ROTARY_CACHE", "1") != "0"
