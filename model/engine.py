@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch._inductor.config
 
 from .config import DiceConfig
 from .masks import block_causal_mask
@@ -279,8 +280,10 @@ class ForwardRunner:
         # A graph of the eager model still replays ~30 small kernels per layer (norms, rotary, SwiGLU), each with
         # its own launch gap; Inductor fuses them. dynamic=True: one compilation serves every batch and length.
         # Inductor's kernels launch with PDL where ours do, so that a launch gap hides behind the kernel before
-        # (not with an explicit compile_mode: torch.compile takes a mode or options, not both).
-        pdl = not compile_mode and uses_pdl(next(model.parameters()).device)
+        # (not with an explicit compile_mode: torch.compile takes a mode or options, not both; not on a torch
+        # whose Inductor lacks the option).
+        pdl = (not compile_mode and hasattr(torch._inductor.config.triton, "enable_pdl")
+               and uses_pdl(next(model.parameters()).device))
         self._compile_options = {"triton.enable_pdl": True} if pdl else None
         self._forward = (torch.compile(model, dynamic=True, mode=compile_mode, options=self._compile_options)
                          if compile else model)
