@@ -34,8 +34,15 @@ PDL_ALLOWED = os.environ.get("DICE_PDL", "1") != "0"
 
 @functools.cache
 def uses_pdl(device: torch.device) -> bool:
-    """Whether kernels on `device` launch with PDL: a CUDA GPU of compute capability 9.0 (Hopper) or newer."""
-    return PDL_ALLOWED and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+    """Whether kernels on `device` launch with PDL: a CUDA GPU of compute capability 9.0 (Hopper) or newer, and a
+    Triton that has it (3.3 on)."""
+    return (PDL_ALLOWED and device.type == "cuda" and hasattr(tl.extra.cuda, "gdc_wait")
+            and torch.cuda.get_device_capability(device) >= (9, 0))
+
+
+def pdl_launch(pdl: bool) -> dict:
+    """Launch options for a kernel here: an older Triton rejects the PDL option even when off."""
+    return {"launch_pdl": True} if pdl else {}
 
 
 def keys_per_program(n_keys: int, n_heads_total: int) -> int:
@@ -152,12 +159,12 @@ def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
         q, k, v, mask, acc, maxes, sums, n_keys, n_tiles, 1.0 / math.sqrt(head_dim),
         *q.stride(), *k.stride(), *v.stride(), mask.stride(0), mask.stride(2), mask.stride(3),
         N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim,
-        BLOCK_N=tile_keys, PDL=pdl, launch_pdl=pdl,
+        BLOCK_N=tile_keys, PDL=pdl, **pdl_launch(pdl),
     )
     _merge_kernel[(group * n_queries, b * n_kv_heads)](
         acc, maxes, sums, out, n_tiles, *out.stride(),
         N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim, CHUNK=MERGE_CHUNK,
-        PDL=pdl, launch_pdl=pdl,
+        PDL=pdl, **pdl_launch(pdl),
     )
     return out
 
@@ -232,6 +239,6 @@ def qk_norm_rotary_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: to
         qkv.stride(0), qkv.stride(1), cos.stride(0), cos.stride(-2), positions.stride(0), positions.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
         v_cache.stride(2), N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, HEAD_DIM=head_dim, PDL=pdl, num_warps=1,
-        launch_pdl=pdl,
+        **pdl_launch(pdl),
     )
     return q_out
