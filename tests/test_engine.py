@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from dice_copilot.model.config import DiceConfig
-from dice_copilot.model.engine import BlockDiffusionEngine, choose_commits, greedy_tokens, sample_tokens
+from dice_copilot.model.engine import (BlockDiffusionEngine, choose_commits, descending_rank, greedy_tokens,
+                                      sample_tokens)
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import DiceForBlockDiffusion
 
@@ -100,6 +101,15 @@ def test_dynamic_commit_choice_follows_confidence():
     masked = confidence > float("-inf")
     commit = choose_commits("dynamic", confidence, masked, torch.tensor([1, 1]), 0.9)
     assert commit.tolist() == [[True, False, True, False], [False, False, False, True]]
+
+
+def test_descending_rank_is_the_place_in_a_stable_descending_sort():
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(64, 16, generator=g)
+    values[:, 3] = float("-inf")  # a position that cannot commit
+    values[:8, 5] = values[:8, 9]  # ties: the earlier position goes first, as a stable sort puts it
+    want = values.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
+    assert torch.equal(descending_rank(values), want)
 
 
 def test_sequential_commits_leftmost_masks():
