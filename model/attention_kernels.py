@@ -45,6 +45,15 @@ def pdl_launch(pdl: bool) -> dict:
     return {"launch_pdl": True} if pdl else {}
 
 
+@triton.jit
+def _follow_previous_kernel(PDL: tl.constexpr):
+    """With PDL: wait until the kernel before has finished (its writes visible), then let the next one launch.
+    Called first, before anything is read."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
 def keys_per_program(n_keys: int, n_heads_total: int) -> int:
     """The largest tile that still gives TARGET_PROGRAMS programs over `n_heads_total` (batch x KV heads)."""
     for size in TILE_SIZES:
@@ -59,9 +68,7 @@ def _tile_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr,
                  sq_b, sq_h, sq_q, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sm_b, sm_q, sm_n,
                  N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, N_QUERIES: tl.constexpr, ROWS: tl.constexpr,
                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
-    if PDL:  # wait for the kernel before, then let the next one launch
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    _follow_previous_kernel(PDL)
     tile = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // N_KV_HEADS
@@ -101,9 +108,7 @@ def _merge_kernel(acc_ptr, max_ptr, sum_ptr, out_ptr, n_tiles,
                   so_b, so_h, so_q, so_d,
                   N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, N_QUERIES: tl.constexpr, ROWS: tl.constexpr,
                   HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr):
-    if PDL:  # wait for the kernel before, then let the next one launch
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    _follow_previous_kernel(PDL)
     row = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // N_KV_HEADS
@@ -182,9 +187,7 @@ def _qk_norm_rotary_cache_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, s
                                  sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
                                  N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                                  PDL: tl.constexpr):
-    if PDL:  # wait for the kernel before, then let the next one launch
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    _follow_previous_kernel(PDL)
     row = tl.program_id(0)  # one query token of one batch row
     head = tl.program_id(1)  # q heads, then k heads, then v heads, as laid out in the fused projection
     b = row // n_queries
