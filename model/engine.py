@@ -454,12 +454,8 @@ def descending_rank(values: torch.Tensor) -> torch.Tensor:
 
 def choose_commits(strategy, confidence, is_masked, quota, threshold) -> torch.Tensor:
     """Which masked positions [B, size] to commit this step."""
-    size = confidence.shape[1]
     if strategy == "sequential":
-        # Rank masked positions left to right.
-        order_key = torch.where(is_masked, -torch.arange(size, device=confidence.device).float(),
-                                torch.full_like(confidence, float("-inf")))
-        rank = descending_rank(order_key)
+        rank = is_masked.long().cumsum(1) - 1  # masked positions ranked left to right (the others never commit)
     else:
         rank = descending_rank(confidence)
     commit = (rank < quota[:, None]) & is_masked
