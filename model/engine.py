@@ -444,12 +444,16 @@ def commit_quota(block_masked, step_in_block, steps, is_masked) -> torch.Tensor:
 
 def descending_rank(values: torch.Tensor) -> torch.Tensor:
     """Each entry's place (0 = first) in its row of values [B, n] sorted in descending order, ties in position
-    order: argsort(descending).argsort() as n x n comparisons, which Inductor fuses into the pass's other kernels
-    (the two sorts were ATen kernels of their own, 7 us per batch-1 pass on the H200; n is a block, a few tokens)."""
-    index = torch.arange(values.shape[1], device=values.device)
-    mine, theirs = values[:, :, None], values[:, None, :]
-    ahead = (theirs > mine) | ((theirs == mine) & (index[None, :] < index[:, None]))
-    return ahead.sum(-1)
+    order: argsort(descending).argsort() as n pointwise comparisons with each column in turn (n is a block, a few
+    tokens), which Inductor fuses into the pass's other kernels. The two sorts were ATen kernels of their own, 7 us
+    per batch-1 pass on the H200; an [B, n, n] comparison summed over its last axis makes Inductor (torch 2.11)
+    fail an assertion in its tiling analysis once the batch is a symbolic size."""
+    position = torch.arange(values.shape[1], device=values.device)
+    rank = torch.zeros_like(values, dtype=torch.long)
+    for column in range(values.shape[1]):
+        theirs = values[:, column, None]
+        rank = rank + ((theirs > values) | ((theirs == values) & (position > column)))
+    return rank
 
 
 def choose_commits(strategy, confidence, is_masked, quota, threshold) -> torch.Tensor:

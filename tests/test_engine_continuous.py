@@ -292,6 +292,24 @@ def test_graph_replayed_passes_decode_exactly_like_eager_passes():
     assert len({tuple(ids) for ids in first}) > 1  # the candidates differ from each other
 
 
+@pytest.mark.gpu
+def test_compiled_bookkeeping_recompiles_for_a_larger_batch():
+    """Batch 1 first (Inductor specializes a size-1 batch), then 16: the recompile has a symbolic batch. Here an
+    [B, n, n] commit ranking made Inductor (torch 2.11) fail an assertion at the DICE shape in bf16 with a
+    compiled forward (bench/decode.py); this float32 model did not reproduce that, so it checks the path only."""
+    vocab = dict(vocab_size=151936, mask_token_id=151935)  # the DICE vocabulary
+    fused = BlockDiffusionEngine(tiny_model(**vocab), IdTokenizer(), device="cuda",
+                                 use_cuda_graphs=True, compile=False)
+    fused.runner.compile_bookkeeping(True)
+    eager = BlockDiffusionEngine(tiny_model(**vocab), IdTokenizer(), device="cuda",
+                                 use_cuda_graphs=False, compile=False)
+    prompts = [p for p, _ in REQUESTS] * 3
+    for batch, threshold in ((prompts[:1], 0.9), (prompts[:1], 0.0), (prompts[:16], 0.9)):
+        got = fused.generate(batch, max_new_tokens=24, threshold=threshold, stop=[STOP])
+        want = eager.generate(batch, max_new_tokens=24, threshold=threshold, stop=[STOP])
+        assert [g.token_ids for g in got] == [w.token_ids for w in want]
+
+
 def test_kept_buffers_with_stop_ids_are_reused_by_the_next_call(engine):
     """Stop ids widen the kept buffers during a step (in inference mode); the next call must still reset them."""
     first = engine.generate(["5 9 13 2 7 1"], max_new_tokens=12, stop=[STOP])
