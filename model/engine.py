@@ -22,8 +22,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+import torch._dynamo.exc
 import torch._inductor.config
 
 from .config import DiceConfig
@@ -332,11 +334,12 @@ class ForwardRunner:
         On a GPU it is captured once per (cache, key) and replayed after: the graph reads and writes the very
         tensors `step` used while captured, so they must stay the same objects (in-place updates only)."""
         if not self.use_graphs or not self._pass_graphs:
-            return step()
+            return self._eager_if_compiling_fails(step)
         full_key = (id(cache), "pass", key)
         if full_key not in self._graphs:
             try:
-                self._graphs[full_key] = self._capture(step, state, generator)
+                self._graphs[full_key] = self._eager_if_compiling_fails(
+                    lambda: self._capture(step, state, generator))
             except Exception:  # noqa: BLE001 - decoding must go on; the passes then run as separate launches
                 log.exception("capturing the denoising pass as one CUDA graph failed; running it uncaptured")
                 self._pass_graphs = False
@@ -344,6 +347,21 @@ class ForwardRunner:
         graph, out = self._graphs[full_key]
         graph.replay()
         return out
+
+    def _eager_if_compiling_fails(self, run: Callable[[], Any]) -> Any:
+        """run(); if Inductor fails to compile part of the pass (a compiler bug at a shape not seen before), the
+        model and bookkeeping go eager for good and run() is tried again: slower, but the request is served. The
+        retry is safe: a compilation fails before its code runs, a forward run again writes the same cache entries,
+        and a failed capture restores the state."""
+        try:
+            return run()
+        except torch._dynamo.exc.BackendCompilerFailed:
+            if self._forward is self.model and self.advance_rows is advance_rows:
+                raise
+            log.exception("torch.compile failed on the denoising pass; running the model and bookkeeping eager")
+            self._forward = self.model
+            self.compile_bookkeeping(False)
+            return run()
 
     def _capture(self, step, state, generator=None):
         """(graph, output) of `step`; warm-up runs (allocator, kernel selection) leave `state` and the sampling

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from dice_copilot.model.config import DiceConfig
-from dice_copilot.model.engine import (BlockDiffusionEngine, choose_commits, descending_rank, greedy_tokens,
-                                      sample_tokens)
+from dice_copilot.model.engine import (BlockDiffusionEngine, advance_rows, advance_rows_greedy, choose_commits,
+                                      descending_rank, greedy_tokens, sample_tokens)
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import DiceForBlockDiffusion
 
@@ -144,6 +144,24 @@ def test_batch_gives_the_same_tokens_as_each_prompt_alone():
     together = engine.generate(prompts, strategy="dynamic", max_new_tokens=20)
     for a, t in zip(alone, together):
         assert a.token_ids == t.token_ids and a.step_map == t.step_map
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])  # cuda: a captured pass
+def test_a_pass_that_fails_to_compile_runs_eager_and_gives_the_same_tokens(device, caplog):
+    def broken_compiler(graph_module, example_inputs):
+        raise RuntimeError("a compiler bug at this shape")
+
+    want = BlockDiffusionEngine(tiny_model(), IdTokenizer(), device=device, compile=False).generate(
+        ["3 4 5 6 7"], max_new_tokens=12, stop=[])
+    engine = BlockDiffusionEngine(tiny_model(), IdTokenizer(), device=device, compile=False)
+    runner = engine.runner
+    runner._forward = torch.compile(runner.model, backend=broken_compiler)
+    runner.advance_rows = torch.compile(advance_rows, backend=broken_compiler)
+    runner.advance_rows_greedy = torch.compile(advance_rows_greedy, backend=broken_compiler)
+    got = engine.generate(["3 4 5 6 7"], max_new_tokens=12, stop=[])
+    assert got[0].token_ids == want[0].token_ids
+    assert runner._forward is runner.model and runner.advance_rows_greedy is advance_rows_greedy
+    assert "torch.compile failed on the denoising pass" in caplog.text
 
 
 def test_n_candidates_are_prompt_major_and_seeded():
