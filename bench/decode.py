@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 import torch._inductor.config
 
-from dice_copilot.model import network
+from dice_copilot.model import few_row_linear, network
 from dice_copilot.model.config import DiceConfig
 from dice_copilot.model.engine import BlockDiffusionEngine, ContinuousBatcher
 from dice_copilot.model.masks import block_causal_mask
@@ -425,6 +425,14 @@ def small_model_rows(args, skip, device, bandwidth, results):
         network.FUSED_ROTARY_CACHE = True
         del separate
         print(f"forward at batch 1 with the separate steps: {results['forward_ms_separate_rotary_cache']:.3f} ms",
+              flush=True)
+    if "cublas" not in skip:  # the same forward with every projection on cuBLAS (no few-row kernels)
+        few_row_linear.ENABLED = False
+        cublas = BlockDiffusionEngine(model, _NoTokenizer())
+        results["forward_ms_cublas_projections"] = forward_latency_ms(cublas, context=1024)
+        few_row_linear.ENABLED = True
+        del cublas
+        print(f"forward at batch 1 with cuBLAS projections: {results['forward_ms_cublas_projections']:.3f} ms",
               flush=True)
     if "attention" not in skip:
         results["attention_us"] = {b: attention_us(model.config, b, 1024, device) for b in (1, 16)}

@@ -35,7 +35,7 @@ case "$part" in
     tests)           run_tests gpu_tests tests ;;
     tests-validator) run_tests gpu_tests_validator tests/test_validator_gpu.py tests/test_validator_cheats.py ;;
     tests-engine)    run_tests gpu_tests_engine tests/test_engine_continuous.py tests/test_model_network.py \
-                         tests/test_model_checkpoint.py ;;
+                         tests/test_model_checkpoint.py tests/test_engine.py tests/test_few_row_linear.py ;;
     tests-other)     run_tests gpu_tests_other tests/test_server_gpu.py tests/test_sft_gpu.py tests/test_cuke_gpu.py ;;
     decode)       timeout "$limit" python3 bench/decode.py --out "$out/$tag.json" "$@" \
                       2>&1 | grep -v cudagraph_utils | tee "$out/$tag.log" | tail -40 ;;

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from . import few_row_linear
 from .config import DiceConfig
 from .masks import block_causal_mask
 
@@ -218,19 +219,30 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.qkv = None  # FusedLinear over q/k/v once fuse_projections() ran
 
-    def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache: KVCache | None):
+    def forward(self, x, norm: RMSNorm, cos, sin, position_ids, attn_mask, kv_cache: KVCache | None):
+        """x + attention over norm(x): the layer's norm and residual add are here so that few-row projection
+        kernels can fuse them (the norm into q/k/v, the add into o_proj)."""
         b, q_len, _ = x.shape
+        residual = x
         fused = self.qkv is not None and not torch.is_grad_enabled()
+        if fused and few_row_linear.applies(x, self.qkv.weight, self.qkv.bias, norm.weight):
+            qkv = torch.ops.dice.few_row_linear(x, self.qkv.weight, None, norm.weight, norm.eps, "none")
+        else:
+            x = norm(x)
+            qkv = self.qkv.unsplit(x) if fused else None
         if fused and isinstance(kv_cache, KVCache) and FUSED_ROTARY_CACHE:  # (not a prefill's writer)
             q = torch.ops.dice.qk_norm_rotary_cache(
-                self.qkv.unsplit(x), self.q_norm.weight, self.k_norm.weight, cos, sin, position_ids,
+                qkv, self.q_norm.weight, self.k_norm.weight, cos, sin, position_ids,
                 kv_cache.k[self.layer_index], kv_cache.v[self.layer_index], self.n_heads, self.n_kv_heads,
                 self.q_norm.eps).transpose(1, 2)
             # The attended length comes from the mask's shape, not from a Python int, so one compiled graph
             # (dynamic shapes) serves every length instead of recompiling per length.
             k, v = kv_cache.attended(self.layer_index, attn_mask.shape[-1])
         else:
-            q, k, v = self.qkv(x) if fused else (self.q_proj(x), self.k_proj(x), self.v_proj(x))
+            if fused:
+                q, k, v = qkv.split(self.qkv.sizes, dim=-1)
+            else:
+                q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
             q = self.q_norm(q.view(b, q_len, self.n_heads, self.head_dim)).transpose(1, 2)
             k = self.k_norm(k.view(b, q_len, self.n_kv_heads, self.head_dim)).transpose(1, 2)
             v = v.view(b, q_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -246,7 +258,10 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=attn_mask, scale=1.0 / math.sqrt(self.head_dim),
                 enable_gqa=self.n_heads != self.n_kv_heads,
             )
-        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
+        out = out.transpose(1, 2).reshape(b, q_len, -1)
+        if fused and few_row_linear.applies(out, self.o_proj.weight, self.o_proj.bias):
+            return torch.ops.dice.few_row_linear(out, self.o_proj.weight, residual, None, 0.0, "residual")
+        return residual + self.o_proj(out)
 
 
 class MLP(nn.Module):
@@ -257,12 +272,20 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.gate_up = None  # FusedLinear over gate/up once fuse_projections() ran
 
-    def forward(self, x):
+    def forward(self, x, norm: RMSNorm):
+        """x + the MLP of norm(x) (few-row kernels fuse the norm and SiLU·up into gate/up, the add into down_proj)."""
+        residual = x
         if self.gate_up is not None and not torch.is_grad_enabled():
-            gate, up = self.gate_up(x)
+            if few_row_linear.applies(x, self.gate_up.weight, self.gate_up.bias, norm.weight):
+                h = torch.ops.dice.few_row_linear(x, self.gate_up.weight, None, norm.weight, norm.eps, "silu_mul")
+                if few_row_linear.applies(h, self.down_proj.weight, self.down_proj.bias):
+                    return torch.ops.dice.few_row_linear(h, self.down_proj.weight, residual, None, 0.0, "residual")
+                return residual + self.down_proj(h)
+            gate, up = self.gate_up(norm(x))
         else:
+            x = norm(x)
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(F.silu(gate) * up)
+        return residual + self.down_proj(F.silu(gate) * up)
 
 
 class FusedLinear:
@@ -308,8 +331,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, position_ids, attn_mask, kv_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = self.self_attn(x, self.input_layernorm, cos, sin, position_ids, attn_mask, kv_cache)
+        return self.mlp(x, self.post_attention_layernorm)
 
 
 class DiceBackbone(nn.Module):

@@ -1,0 +1,173 @@
+"""Projections of a few token rows (a batch-1 or batch-2 decoding pass) as the streaming kernels of
+few_row_linear.cu, with the RMSNorm before them and the residual add or SiLU·up after them fused in:
+`dice::few_row_linear`.
+
+The kernels are built with nvcc for the GPU in use the first time they are needed and cached on disk
+(DICE_KERNEL_CACHE, default ~/.cache/dice_copilot/kernels), then loaded with ctypes; a process without nvcc, or
+where the build fails, logs why once and keeps the torch path (`available` is False). DICE_FEW_ROW_LINEAR=0 turns
+the kernels off. On a CPU (and for shapes the kernels do not take) the op is the same arithmetic in torch ops.
+"""
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("few_row_linear.cu")
+ENABLED = os.environ.get("DICE_FEW_ROW_LINEAR", "1") != "0"
+PDL_ALLOWED = os.environ.get("DICE_PDL", "1") != "0"  # the switch attention_kernels reads too
+MAX_ROWS = 16  # two 8-token mma columns; more rows go to cuBLAS, which is no longer latency-bound there
+EPILOGUES = {"none": 0, "residual": 1, "silu_mul": 2}
+# (tiles per CTA, warps) the source builds; with the norm fused, at most 8 warps (its registers spill at 16).
+LAUNCH_SHAPES = ((1, 8), (1, 16), (2, 4), (2, 8), (2, 16))
+BUILD_SECONDS = 300
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DICE_KERNEL_CACHE") or Path.home() / ".cache" / "dice_copilot" / "kernels")
+
+
+def build(arch: str, nvcc: str | None = None) -> Path:
+    """Compiles the source for `arch` (e.g. "90") into a shared library in cache_dir(), unless it is there;
+    returns its path. Raises RuntimeError with nvcc's messages when the build fails."""
+    nvcc = nvcc or shutil.which("nvcc") or str(Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc")
+    if not Path(nvcc).exists():
+        raise RuntimeError(f"nvcc not found (looked on PATH and in CUDA_HOME): {nvcc}")
+    flags = ["-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([nvcc, *flags]).encode()).hexdigest()[:16]
+    library = cache_dir() / f"few_row_linear_{key}.so"
+    if library.exists():
+        return library
+    library.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename: a process that loads it meanwhile never sees half a file.
+    with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
+        built = Path(scratch) / library.name
+        result = subprocess.run([nvcc, *flags, "-o", str(built), str(SOURCE)], capture_output=True, text=True,
+                                timeout=BUILD_SECONDS)
+        if result.returncode != 0:
+            raise RuntimeError(f"nvcc failed to build {SOURCE.name}:\n{result.stderr[-4000:]}")
+        os.replace(built, library)
+    return library
+
+
+@functools.cache
+def _library(capability: tuple[int, int]):
+    """The loaded kernels for GPUs of `capability`, or None (logged once) where they cannot be had."""
+    if capability < (8, 0):  # bf16 tensor-core mma needs Ampere
+        return None
+    try:
+        lib = ctypes.CDLL(str(build(f"{capability[0]}{capability[1]}")))
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as error:
+        log.warning("few-row projection kernels unavailable, using cuBLAS: %s", error)
+        return None
+    i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+    lib.dice_few_row_linear.argtypes = [ptr, i64, ptr, ptr, i64, ptr, ctypes.c_float, ptr, i64, i32, i32, i32, i32,
+                                        i32, i32, i32, ptr]
+    lib.dice_few_row_linear.restype = i32
+    lib.dice_cuda_error_string.argtypes = [i32]
+    lib.dice_cuda_error_string.restype = ctypes.c_char_p
+    return lib
+
+
+# Evaluated once while torch.compile traces (never traced into: the build and ctypes would break the graph).
+@torch.compiler.assume_constant_result
+def available(device: torch.device) -> bool:
+    """Whether the kernels are built and loaded for `device` (a CUDA GPU of compute capability 8.0 or newer)."""
+    return device.type == "cuda" and _library(torch.cuda.get_device_capability(device)) is not None
+
+
+def applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+            norm_weight: torch.Tensor | None = None) -> bool:
+    """Whether x @ weight.T runs as a few-row kernel: bf16 on a GPU that has them, at most MAX_ROWS rows, no bias,
+    K a multiple of 32 and the outputs a multiple of 16 (silu_mul: 8 per half)."""
+    n, k = weight.shape
+    if norm_weight is not None and (norm_weight.dtype != torch.bfloat16 or not norm_weight.is_contiguous()):
+        return False
+    return (ENABLED and bias is None and x.is_cuda and x.dtype == weight.dtype == torch.bfloat16 and x.shape[-1] == k
+            and x.shape[:-1].numel() <= MAX_ROWS and k % 32 == 0 and n % 16 == 0 and weight.is_contiguous()
+            and available(x.device))
+
+
+def launch_shape(n_out: int, epilogue: str, norm: bool) -> tuple[int, int]:
+    """(tiles of 16 weight rows per CTA, warps per CTA) for a projection; a tile has 8 outputs with silu_mul.
+    From the sweep of bench/few_row_linear.py on an H200 (BENCHMARKS.md): many tiles (gate/up) ran best as many
+    small CTAs, fewer tiles (q/k/v, o_proj, down_proj) as about 128 CTAs of as many warps as fit."""
+    tiles = n_out // (8 if epilogue == "silu_mul" else 16)
+    if tiles >= 512 and tiles % 2 == 0:
+        return 2, 4
+    return (2 if tiles >= 256 and tiles % 2 == 0 else 1), (8 if norm else 16)
+
+
+def project_rows(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
+                 norm_weight: torch.Tensor | None, eps: float, epilogue: str,
+                 shape: tuple[int, int] | None = None) -> torch.Tensor:
+    """The kernel itself on 2-D x [rows, K] (last dim contiguous); `shape` overrides launch_shape (benchmarks
+    sweep it). Returns out [rows, n_out]."""
+    rows, k = x.shape
+    n_out = weight.shape[0] // 2 if epilogue == "silu_mul" else weight.shape[0]
+    tiles, warps = shape or launch_shape(n_out, epilogue, norm_weight is not None)
+    per_cta = tiles * (8 if epilogue == "silu_mul" else 16)
+    if (tiles, warps) not in LAUNCH_SHAPES or n_out % per_cta or (norm_weight is not None and warps > 8):
+        raise ValueError(f"launch shape {tiles} tiles x {warps} warps does not fit {n_out} outputs")
+    if x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16 or not weight.is_contiguous() \
+            or weight.data_ptr() % 16 or (norm_weight is not None and norm_weight.data_ptr() % 16):
+        raise ValueError("few-row projection needs 16-byte aligned rows with a contiguous last dimension")
+    out = torch.empty((rows, n_out), device=x.device, dtype=x.dtype)
+    if residual is not None and (residual.stride(-1) != 1 or residual.data_ptr() % 2):
+        residual = residual.contiguous()
+    capability = torch.cuda.get_device_capability(x.device)
+    lib = _library(capability)
+    with torch.cuda.device(x.device):
+        error = lib.dice_few_row_linear(
+            x.data_ptr(), x.stride(0), weight.data_ptr(), residual.data_ptr() if residual is not None else None,
+            residual.stride(0) if residual is not None else 0,
+            norm_weight.data_ptr() if norm_weight is not None else None, eps, out.data_ptr(), out.stride(0), rows, k,
+            n_out, EPILOGUES[epilogue], tiles, warps, int(PDL_ALLOWED and capability >= (9, 0)),
+            torch.cuda.current_stream(x.device).cuda_stream)
+    if error:
+        raise RuntimeError(f"few-row projection kernel failed to launch: {lib.dice_cuda_error_string(error).decode()}")
+    return out
+
+
+@torch.library.custom_op("dice::few_row_linear", mutates_args=())
+def few_row_linear(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
+                   norm_weight: torch.Tensor | None, eps: float, epilogue: str) -> torch.Tensor:
+    """x [..., K] @ weight.T, x first RMS-normalised with norm_weight (and eps) when one is given, then by
+    `epilogue`: "none"; "residual" (+ residual [..., N]); "silu_mul" (weight is [gate; up], 2N rows:
+    silu(gate) * up, [..., N]). Each projection is rounded to x's dtype before the add or SiLU·up, as the unfused
+    model rounds; the kernels normalise in the epilogue (bf16(x * norm_weight) into the mma, then 1 / rms), the
+    torch ops as Qwen3 does. The kernels where `applies`, torch ops elsewhere."""
+    if applies(x, weight, None, norm_weight):
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, x.shape[-1])
+        if x2.stride(-1) != 1 or x2.stride(0) % 8 or x2.data_ptr() % 16:
+            x2 = x2.contiguous()
+        res2 = residual.reshape(-1, residual.shape[-1]) if residual is not None else None
+        out = project_rows(x2, weight, res2, norm_weight, eps, epilogue)
+        return out.view(*lead, out.shape[-1])
+    if norm_weight is not None:
+        from .network import rms_norm  # (network imports this module)
+        x = rms_norm(x, norm_weight, eps)
+    y = F.linear(x, weight)
+    if epilogue == "residual":
+        return residual + y
+    if epilogue == "silu_mul":
+        gate, up = y.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return y
+
+
+@few_row_linear.register_fake
+def _(x, weight, residual, norm_weight, eps, epilogue):
+    n = weight.shape[0] // 2 if epilogue == "silu_mul" else weight.shape[0]
+    return x.new_empty((*x.shape[:-1], n))

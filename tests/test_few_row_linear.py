@@ -1,0 +1,152 @@
+"""The few-row projection op (model/few_row_linear): its torch arithmetic, the CUDA source's build, and on a GPU
+the kernels against the torch ops, alone, in a model, compiled and graph-captured."""
+
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dice_copilot.model import few_row_linear, network
+from dice_copilot.model.config import DiceConfig
+
+EPS = 1e-6
+
+
+def reference(x, weight, residual, norm_weight, epilogue):
+    """The unfused model's arithmetic in fp32, each projection rounded to x's dtype first as the model rounds."""
+    if norm_weight is not None:
+        x = network.rms_norm(x, norm_weight, EPS)
+    y = F.linear(x.float(), weight.float()).to(x.dtype).float()
+    if epilogue == "residual":
+        return residual.float() + y
+    if epilogue == "silu_mul":
+        gate, up = y.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return y
+
+
+@pytest.mark.parametrize("epilogue,norm", [("none", False), ("none", True), ("residual", False),
+                                           ("silu_mul", False), ("silu_mul", True)])
+def test_the_op_on_a_cpu_is_the_unfused_arithmetic(epilogue, norm):
+    torch.manual_seed(0)
+    x, weight, residual = torch.randn(2, 3, 64), torch.randn(96, 64), torch.randn(2, 3, 96)
+    norm_weight = torch.rand(64) + 0.5 if norm else None
+    got = torch.ops.dice.few_row_linear(x, weight, residual if epilogue == "residual" else None, norm_weight, EPS,
+                                        epilogue)
+    y = F.linear(network.rms_norm(x, norm_weight, EPS) if norm else x, weight)
+    want = {"none": y, "residual": residual + y, "silu_mul": F.silu(y[..., :48]) * y[..., 48:]}[epilogue]
+    assert torch.equal(got, want)
+
+
+def test_the_op_passes_torchs_custom_op_checks():
+    """Schema, fake (meta) kernel and its shapes, as torch.compile sees them."""
+    x, weight, residual, norm_weight = torch.randn(4, 32), torch.randn(16, 32), torch.randn(4, 16), torch.rand(32)
+    torch.library.opcheck(torch.ops.dice.few_row_linear.default, (x, weight, residual, None, 0.0, "residual"))
+    torch.library.opcheck(torch.ops.dice.few_row_linear.default, (x, weight, None, norm_weight, EPS, "silu_mul"))
+
+
+def test_a_cpu_model_never_takes_the_kernels():
+    x, weight = torch.randn(1, 8, 64, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16)
+    assert not few_row_linear.applies(x, weight)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_kernel_source_builds_once_and_exports_its_entry_points(tmp_path, monkeypatch):
+    import ctypes
+
+    monkeypatch.setenv("DICE_KERNEL_CACHE", str(tmp_path))
+    library = few_row_linear.build("90")
+    assert library.parent == tmp_path and library.stat().st_size > 0
+    built_at = library.stat().st_mtime_ns
+    assert few_row_linear.build("90") == library and library.stat().st_mtime_ns == built_at  # cached, not rebuilt
+    lib = ctypes.CDLL(str(library))
+    assert lib.dice_few_row_linear and lib.dice_cuda_error_string
+
+
+def test_a_failing_build_reports_nvccs_messages(tmp_path, monkeypatch):
+    fake_nvcc = tmp_path / "nvcc"
+    fake_nvcc.write_text("#!/bin/sh\necho 'few_row_linear.cu(1): error: something broke' >&2\nexit 1\n")
+    fake_nvcc.chmod(0o755)
+    monkeypatch.setenv("DICE_KERNEL_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(RuntimeError, match="something broke"):
+        few_row_linear.build("90", nvcc=str(fake_nvcc))
+    assert not list((tmp_path / "cache").glob("*.so"))  # nothing half-built left to load
+    with pytest.raises(RuntimeError, match="nvcc not found"):
+        few_row_linear.build("90", nvcc=str(tmp_path / "missing"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("epilogue,norm", [("none", False), ("none", True), ("residual", False),
+                                           ("silu_mul", False), ("silu_mul", True)])
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 16])
+@pytest.mark.parametrize("n,k", [(4096, 2048), (2048, 6144), (96, 160)])
+def test_the_kernel_matches_the_torch_ops(epilogue, norm, rows, n, k):
+    assert few_row_linear.available(torch.device("cuda")), "nvcc should build the kernels on the GPU machine"
+    torch.manual_seed(0)
+    # x a view with a longer row stride, as a slice of a bigger activation would be.
+    # Rows of different scales, as the residual stream's: the norm must scale each token by its own rms. Without
+    # the norm, rows of rms 1 (outputs of order 1: one tolerance).
+    scale = torch.logspace(-1, 1, rows, device="cuda")[:, None] if norm else 1.0
+    x = (torch.randn(rows, k + 64, device="cuda") * scale).to(torch.bfloat16)[:, :k]  # a view: longer row stride
+    weight = (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
+    norm_weight = (torch.rand(k, device="cuda") + 0.5).to(torch.bfloat16) if norm else None
+    n_out = n // 2 if epilogue == "silu_mul" else n
+    residual = torch.randn(rows, n_out, device="cuda", dtype=torch.bfloat16) if epilogue == "residual" else None
+    want = reference(x, weight, residual, norm_weight, epilogue)
+    assert few_row_linear.applies(x, weight, None, norm_weight)
+    for shape in few_row_linear.LAUNCH_SHAPES:
+        if n_out % (shape[0] * (8 if epilogue == "silu_mul" else 16)) or (norm and shape[1] > 8):
+            continue
+        got = few_row_linear.project_rows(x, weight, residual, norm_weight, EPS, epilogue, shape)
+        assert got.shape == (rows, n_out) and got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want, atol=3e-2, rtol=2e-2, msg=f"launch shape {shape}")
+    got = torch.ops.dice.few_row_linear(x[None], weight, residual[None] if residual is not None else None,
+                                        norm_weight, EPS, epilogue)
+    torch.testing.assert_close(got[0].float(), want, atol=3e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_more_rows_than_the_kernels_take_go_to_the_torch_path():
+    x = torch.randn(17, 64, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16)
+    assert not few_row_linear.applies(x, weight)
+    assert torch.equal(torch.ops.dice.few_row_linear(x, weight, None, None, 0.0, "none"), F.linear(x, weight))
+
+
+def bf16_model():
+    config = DiceConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
+                        mask_token_id=511)
+    torch.manual_seed(0)
+    model = network.DiceForBlockDiffusion(config).eval().to("cuda", torch.bfloat16)
+    model.fuse_projections()
+    return model
+
+
+@pytest.mark.gpu
+def test_a_model_with_the_kernels_gives_the_logits_of_the_torch_path_compiled_and_graph_captured(monkeypatch):
+    model = bf16_model()
+    config = model.config
+    cache = network.KVCache(config, batch_size=1, max_length=64, device="cuda", dtype=torch.bfloat16)
+    ids = torch.randint(0, config.vocab_size, (1, 8), device="cuda")
+    positions = torch.arange(24, 32, device="cuda")[None]
+    mask = network.block_causal_mask(positions, torch.arange(32, device="cuda"), config.block_size)
+
+    def forward(run):
+        with torch.inference_mode():
+            return run(ids, positions, mask, cache).float()
+
+    monkeypatch.setattr(few_row_linear, "ENABLED", False)
+    want = forward(model)
+    monkeypatch.setattr(few_row_linear, "ENABLED", True)
+    eager = forward(model)
+    torch.testing.assert_close(eager, want, atol=5e-2, rtol=5e-2)
+    compiled = torch.compile(model, dynamic=True)
+    forward(compiled)  # compile and warm up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.inference_mode(), torch.cuda.graph(graph):
+        captured = compiled(ids, positions, mask, cache)
+    graph.replay()
+    torch.testing.assert_close(captured.float(), want, atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(captured.float(), eager, atol=1e-2, rtol=1e-2)
