@@ -133,6 +133,8 @@ __global__ void __launch_bounds__(WARPS * 32) few_row_linear_kernel(
 
   load_weights(step_begin);
   wait_for_previous_kernel();
+  // The next kernel may start now: its CTAs fill SMs as ours leave and load their weights before they wait.
+  let_next_kernel_launch();
   for (int step = step_begin; step < step_end; step += UNROLL) {
     uint4 xv[UNROLL][NT];
 #pragma unroll
@@ -165,7 +167,6 @@ __global__ void __launch_bounds__(WARPS * 32) few_row_linear_kernel(
           }
     if (step + UNROLL < step_end) load_weights(step + UNROLL);
   }
-  let_next_kernel_launch();
 
 #pragma unroll
   for (int i = 0; i < TILES; ++i)
