@@ -34,7 +34,7 @@ BUILD_SECONDS = 300
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("DICE_KERNEL_CACHE") or Path.home() / ".cache" / "dice_copilot" / "kernels")
+    return Path(os.environ.get("DICE_KERNEL_CACHE") or Path.home() / ".cache" / "dice-copilot" / "kernels")
 
 
 def build(arch: str, nvcc: str | None = None) -> Path:
@@ -61,8 +61,10 @@ def build(arch: str, nvcc: str | None = None) -> Path:
 
 
 @functools.cache
-def _library(capability: tuple[int, int]):
-    """The loaded kernels for GPUs of `capability`, or None (logged once) where they cannot be had."""
+def _library(device_index: int):
+    """The loaded kernels for a GPU, or None (logged once) where they cannot be had: no nvcc, a failed build, or a
+    library that does not launch or computes wrong results there (e.g. a toolkit newer than the driver)."""
+    capability = torch.cuda.get_device_capability(device_index)
     if capability < (8, 0):  # bf16 tensor-core mma needs Ampere
         return None
     try:
@@ -76,14 +78,39 @@ def _library(capability: tuple[int, int]):
     lib.dice_few_row_linear.restype = i32
     lib.dice_cuda_error_string.argtypes = [i32]
     lib.dice_cuda_error_string.restype = ctypes.c_char_p
+    problem = _self_test(lib, torch.device("cuda", device_index))
+    if problem:
+        log.warning("few-row projection kernels failed their self-test on GPU %d, using cuBLAS: %s", device_index,
+                    problem)
+        return None
     return lib
 
 
-# Evaluated once while torch.compile traces (never traced into: the build and ctypes would break the graph).
+def _self_test(lib, device: torch.device) -> str | None:
+    """One small projection against F.linear; what went wrong, or None."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(3, 64, device=device, generator=generator).to(torch.bfloat16)
+    weight = (torch.randn(32, 64, device=device, generator=generator) / 8).to(torch.bfloat16)
+    try:
+        got = _launch(lib, x, weight, None, None, 0.0, "none", (1, 8))
+    except RuntimeError as error:
+        return str(error)
+    if not torch.allclose(got.float(), F.linear(x.float(), weight.float()), atol=5e-2, rtol=5e-2):
+        return "its results differ from F.linear's"
+    return None
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+# Evaluated once while torch.compile traces (never traced into: the build and ctypes would break the graph); the
+# model calls it before (fuse_projections), so that the build and self-test never run inside a trace.
 @torch.compiler.assume_constant_result
 def available(device: torch.device) -> bool:
-    """Whether the kernels are built and loaded for `device` (a CUDA GPU of compute capability 8.0 or newer)."""
-    return device.type == "cuda" and _library(torch.cuda.get_device_capability(device)) is not None
+    """Whether the kernels are built, loaded and checked for `device` (a CUDA GPU of compute capability 8.0 or
+    newer)."""
+    return device.type == "cuda" and _library(_device_index(device)) is not None
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -113,7 +140,6 @@ def project_rows(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor |
                  shape: tuple[int, int] | None = None) -> torch.Tensor:
     """The kernel itself on 2-D x [rows, K] (last dim contiguous); `shape` overrides launch_shape (benchmarks
     sweep it). Returns out [rows, n_out]."""
-    rows, k = x.shape
     n_out = weight.shape[0] // 2 if epilogue == "silu_mul" else weight.shape[0]
     tiles, warps = shape or launch_shape(n_out, epilogue, norm_weight is not None)
     per_cta = tiles * (8 if epilogue == "silu_mul" else 16)
@@ -122,17 +148,26 @@ def project_rows(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor |
     if x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16 or not weight.is_contiguous() \
             or weight.data_ptr() % 16 or (norm_weight is not None and norm_weight.data_ptr() % 16):
         raise ValueError("few-row projection needs 16-byte aligned rows with a contiguous last dimension")
+    lib = _library(_device_index(x.device))
+    if lib is None:
+        raise RuntimeError("the few-row projection kernels are unavailable on this GPU (the log says why)")
+    return _launch(lib, x, weight, residual, norm_weight, eps, epilogue, (tiles, warps))
+
+
+def _launch(lib, x, weight, residual, norm_weight, eps, epilogue, shape) -> torch.Tensor:
+    """Launches the kernel for checked arguments on x's current stream."""
+    rows, k = x.shape
+    n_out = weight.shape[0] // 2 if epilogue == "silu_mul" else weight.shape[0]
     out = torch.empty((rows, n_out), device=x.device, dtype=x.dtype)
-    if residual is not None and (residual.stride(-1) != 1 or residual.data_ptr() % 2):
+    if residual is not None and residual.stride(-1) != 1:
         residual = residual.contiguous()
     capability = torch.cuda.get_device_capability(x.device)
-    lib = _library(capability)
     with torch.cuda.device(x.device):
         error = lib.dice_few_row_linear(
             x.data_ptr(), x.stride(0), weight.data_ptr(), residual.data_ptr() if residual is not None else None,
             residual.stride(0) if residual is not None else 0,
             norm_weight.data_ptr() if norm_weight is not None else None, eps, out.data_ptr(), out.stride(0), rows, k,
-            n_out, EPILOGUES[epilogue], tiles, warps, int(PDL_ALLOWED and capability >= (9, 0)),
+            n_out, EPILOGUES[epilogue], *shape, int(PDL_ALLOWED and capability >= (9, 0)),
             torch.cuda.current_stream(x.device).cuda_stream)
     if error:
         raise RuntimeError(f"few-row projection kernel failed to launch: {lib.dice_cuda_error_string(error).decode()}")

@@ -367,6 +367,9 @@ class DiceForBlockDiffusion(nn.Module):
                 attn.qkv = FusedLinear([attn.q_proj, attn.k_proj, attn.v_proj])
             if mlp.gate_up is None:
                 mlp.gate_up = FusedLinear([mlp.gate_proj, mlp.up_proj])
+        weight = self.lm_head.weight
+        if weight.is_cuda and weight.dtype == torch.bfloat16:
+            few_row_linear.available(weight.device)  # builds and checks the few-row kernels now, not inside a trace
 
     def _apply(self, fn, *args, **kwargs):
         for layer in self.model.layers:

@@ -107,6 +107,19 @@ def test_the_kernel_matches_the_torch_ops(epilogue, norm, rows, n, k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fault", ["wrong results", "launch error"])
+def test_kernels_that_fail_their_self_test_are_not_used(monkeypatch, caplog, fault):
+    def broken_launch(lib, x, weight, *rest):
+        if fault == "launch error":
+            raise RuntimeError("few-row projection kernel failed to launch: no kernel image is available")
+        return torch.zeros(x.shape[0], weight.shape[0], device=x.device, dtype=x.dtype)
+
+    monkeypatch.setattr(few_row_linear, "_launch", broken_launch)
+    assert few_row_linear._library.__wrapped__(torch.cuda.current_device()) is None  # uncached: built again
+    assert "failed their self-test" in caplog.text
+
+
+@pytest.mark.gpu
 def test_more_rows_than_the_kernels_take_go_to_the_torch_path():
     x = torch.randn(17, 64, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16)
