@@ -301,7 +301,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ar-new-tokens", type=int, default=64, help="plain generate() is slow: fewer tokens")
     parser.add_argument("--skip", default="", help="comma list of rows to skip: compiled,plain,reference,"
                         "small (the whole DICE-1.7B part),large, and of forward-latency rows: eager (the uncompiled "
-                        "graph),separate (the attention inputs without their fused op),attention (the kernel timings)")
+                        "graph),separate (the attention inputs without their fused op),cublas (the projections on "
+                        "cuBLAS instead of the few-row kernels),attention (the kernel timings)")
     parser.add_argument("--batches", default="1,16", help="comma list of batch sizes for the DICE-1.7B rows "
                         "('': forward latency rows only)")
     parser.add_argument("--compile-mode", default=None, help="also time the forward compiled with this "
@@ -311,6 +312,9 @@ def main(argv=None) -> int:
                         "triton.enable_pdl=True: programmatic dependent launch)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs of ours (tau 0.9) and the compiled AR baseline, alternating; medians reported")
+    parser.add_argument("--shape-sweep", action="store_true",
+                        help="also time the batch-1 forward with each projection's few-row launch shape changed, one "
+                        "projection at a time (the shapes that are fastest alone need not be inside the forward)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--profile", default=None, metavar="FILE",
                         help="also write a per-kernel GPU-time table of one compiled denoising pass to FILE")
@@ -341,11 +345,15 @@ def main(argv=None) -> int:
             ("  same, Inductor " + ",".join(args.inductor_option),
              results.get("forward_ms_inductor_options", {}).get("ms")),
             ("  same, rotary and cache writes unfused", results.get("forward_ms_separate_rotary_cache")),
+            ("  same, projections on cuBLAS", results.get("forward_ms_cublas_projections")),
             ("  same, CUDA graph of the uncompiled model", eager_graph_ms),
         ]
         for label, ms in variants:
             if ms is not None:
                 print(f"{label:<44.44}{ms:>12.3f}{floor_ms:>12.3f}{ms / floor_ms:>8.2f}")
+        for sweep in results.get("forward_ms_by_launch_shape", []):
+            label = f"  same, {sweep['projection']} launched as {sweep['shape']}"
+            print(f"{label:<44.44}{sweep['ms']:>12.3f}{floor_ms:>12.3f}{sweep['ms'] / floor_ms:>8.2f}")
         for batch, times in results.get("attention_us", {}).items():
             label = f"attention/layer b={batch} 1k ctx (us) fused vs matmuls"
             fused, matmuls = times["fused"], times["matmuls"]
@@ -373,6 +381,47 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
     return 0
+
+
+def launch_shape_sweep(model: DiceForBlockDiffusion) -> list[dict]:
+    """Batch-1 forward latency with one projection's few-row launch shape (tiles per CTA, warps) replaced at a time,
+    the others as launch_shape picks them; the first entry is the heuristic's own choice, timed again."""
+    config = model.config
+    kinds = {  # (epilogue, norm fused, K) -> the projection's name
+        ("none", True, config.hidden_size): "q/k/v",
+        ("residual", False, config.num_attention_heads * config.head_dim): "o_proj",
+        ("silu_mul", True, config.hidden_size): "gate/up",
+        ("residual", False, config.intermediate_size): "down_proj",
+    }
+    project_rows = few_row_linear.project_rows
+    trials = [(None, None)] + [(name, shape) for name in kinds.values() for shape in few_row_linear.LAUNCH_SHAPES]
+    results = []
+    for name, shape in trials:
+        def with_shape(x, weight, residual, norm_weight, eps, epilogue, chosen=None, name=name, shape=shape):
+            kind = kinds.get((epilogue, norm_weight is not None, x.shape[1]))
+            return project_rows(x, weight, residual, norm_weight, eps, epilogue, shape if kind == name else chosen)
+        if name is not None and not _shape_fits(config, name, shape):
+            continue
+        few_row_linear.project_rows = with_shape
+        try:
+            engine = BlockDiffusionEngine(model, _NoTokenizer())
+            ms = forward_latency_ms(engine, context=1024)
+        finally:
+            few_row_linear.project_rows = project_rows
+        del engine
+        results.append({"projection": name or "every projection", "shape": shape or "heuristic", "ms": ms})
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def _shape_fits(config: DiceConfig, name: str, shape: tuple[int, int]) -> bool:
+    """Whether the launch shape can run that projection (its outputs split into whole CTAs; the norm: <= 8 warps)."""
+    tiles, warps = shape
+    if name in ("q/k/v", "gate/up") and warps > 8:
+        return False
+    outputs = {"q/k/v": (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim,
+               "gate/up": config.intermediate_size}.get(name, config.hidden_size)
+    return outputs % (tiles * (8 if name == "gate/up" else 16)) == 0
 
 
 def inductor_options(pairs: list[str]) -> dict:
@@ -434,6 +483,8 @@ def small_model_rows(args, skip, device, bandwidth, results):
         del cublas
         print(f"forward at batch 1 with cuBLAS projections: {results['forward_ms_cublas_projections']:.3f} ms",
               flush=True)
+    if args.shape_sweep:
+        results["forward_ms_by_launch_shape"] = launch_shape_sweep(model)
     if "attention" not in skip:
         results["attention_us"] = {b: attention_us(model.config, b, 1024, device) for b in (1, 16)}
         print(f"attention per layer (us), fused vs matmuls: {results['attention_us']}", flush=True)

@@ -16,7 +16,9 @@
 //
 // Each CTA takes TILES tiles of 16 weight rows over the whole K, split among WARPS warps (contiguous k ranges),
 // and sums the warps' partial tiles in shared memory. With programmatic dependent launch the first weight loads
-// are issued before griddepcontrol.wait: weights never depend on the kernel before, only x and the residual do.
+// are issued before griddepcontrol.wait: in a forward the kernel before is an attention, rotary or projection
+// kernel, never one that writes weights; only x and the residual depend on it. (A caller that updates weights
+// with a kernel must not launch these right after it.) Measured on the H200: BENCHMARKS.md, decode run 14.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>

@@ -3,9 +3,10 @@ few_row_linear.cu, with the RMSNorm before them and the residual add or SiLU·up
 `dice::few_row_linear`.
 
 The kernels are built with nvcc for the GPU in use the first time they are needed and cached on disk
-(DICE_KERNEL_CACHE, default ~/.cache/dice_copilot/kernels), then loaded with ctypes; a process without nvcc, or
-where the build fails, logs why once and keeps the torch path (`available` is False). DICE_FEW_ROW_LINEAR=0 turns
-the kernels off. On a CPU (and for shapes the kernels do not take) the op is the same arithmetic in torch ops.
+(DICE_KERNEL_CACHE, default ~/.cache/dice-copilot/kernels), loaded with ctypes and checked by one small launch; a
+process without nvcc, or where the build or that check fails, logs why once and keeps the torch path (`available`
+is False). DICE_FEW_ROW_LINEAR=0 turns the kernels off. On a CPU (and for shapes the kernels do not take) the op is
+the same arithmetic in torch ops.
 """
 
 import ctypes
