@@ -383,6 +383,16 @@ def main(argv=None) -> int:
     return 0
 
 
+def forward_ms_switched_off(model: DiceForBlockDiffusion, module, switch: str) -> float:
+    """Batch-1 forward latency of a fresh engine with the module's boolean `switch` off (back on afterwards)."""
+    setattr(module, switch, False)
+    try:
+        engine = BlockDiffusionEngine(model, _NoTokenizer())
+        return forward_latency_ms(engine, context=1024)
+    finally:
+        setattr(module, switch, True)
+
+
 def launch_shape_sweep(model: DiceForBlockDiffusion) -> list[dict]:
     """Batch-1 forward latency with one projection's few-row launch shape (tiles per CTA, warps) replaced at a time,
     the others as launch_shape picks them; the first entry is the heuristic's own choice, timed again."""
@@ -468,19 +478,11 @@ def small_model_rows(args, skip, device, bandwidth, results):
     if args.profile:
         profile_forward(engine, 1024, args.profile)
     if "separate" not in skip:  # the same forward with QK-norm, rotary and the cache writes as separate steps
-        network.FUSED_ROTARY_CACHE = False
-        separate = BlockDiffusionEngine(model, _NoTokenizer())
-        results["forward_ms_separate_rotary_cache"] = forward_latency_ms(separate, context=1024)
-        network.FUSED_ROTARY_CACHE = True
-        del separate
+        results["forward_ms_separate_rotary_cache"] = forward_ms_switched_off(model, network, "FUSED_ROTARY_CACHE")
         print(f"forward at batch 1 with the separate steps: {results['forward_ms_separate_rotary_cache']:.3f} ms",
               flush=True)
     if "cublas" not in skip:  # the same forward with every projection on cuBLAS (no few-row kernels)
-        few_row_linear.ENABLED = False
-        cublas = BlockDiffusionEngine(model, _NoTokenizer())
-        results["forward_ms_cublas_projections"] = forward_latency_ms(cublas, context=1024)
-        few_row_linear.ENABLED = True
-        del cublas
+        results["forward_ms_cublas_projections"] = forward_ms_switched_off(model, few_row_linear, "ENABLED")
         print(f"forward at batch 1 with cuBLAS projections: {results['forward_ms_cublas_projections']:.3f} ms",
               flush=True)
     if args.shape_sweep:

@@ -191,6 +191,11 @@ def few_row_linear(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor
         res2 = residual.reshape(-1, residual.shape[-1]) if residual is not None else None
         out = project_rows(x2, weight, res2, norm_weight, eps, epilogue)
         return out.view(*lead, out.shape[-1])
+    return torch_projection(x, weight, residual, norm_weight, eps, epilogue)
+
+
+def torch_projection(x, weight, residual, norm_weight, eps, epilogue) -> torch.Tensor:
+    """few_row_linear's function as torch ops, rounded as the unfused model rounds (Inductor fuses them)."""
     if norm_weight is not None:
         from .network import rms_norm  # (network imports this module)
         x = rms_norm(x, norm_weight, eps)
