@@ -14,11 +14,12 @@ read as given (any boolean [B, 1, Q, K] mask), so the result is the same functio
 
 import functools
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from .few_row_linear import pdl_supported
 
 TILE_SIZES = (128, 64, 32, 16)  # keys per program, largest first (tl.dot needs at least 16)
 # Programs wanted per launch, about two per SM of an H200 (132 SMs): batch 1 over 1k keys gets 32-key tiles,
@@ -27,17 +28,15 @@ TARGET_PROGRAMS = 256
 MERGE_CHUNK = 64  # tiles the merge kernel reads at once
 # Programmatic dependent launch (PDL): each kernel here is launched while the one before it drains and waits
 # (griddepcontrol.wait) before reading anything, which hides its launch gap. On the H200 the batch-1 forward
-# took 1.792 ms with it and 1.832 ms without (BENCHMARKS.md, decode run 12). DICE_PDL=0 turns it off, here and in
-# Inductor.
-PDL_ALLOWED = os.environ.get("DICE_PDL", "1") != "0"
+# took 1.792 ms with it and 1.832 ms without (BENCHMARKS.md, decode run 12). DICE_PDL=0 turns it off
+# (few_row_linear.PDL_ALLOWED).
 
 
 @functools.cache
 def uses_pdl(device: torch.device) -> bool:
-    """Whether kernels on `device` launch with PDL: a CUDA GPU of compute capability 9.0 (Hopper) or newer, and a
-    Triton that has it (3.3 on)."""
-    return (PDL_ALLOWED and device.type == "cuda" and hasattr(tl.extra.cuda, "gdc_wait")
-            and torch.cuda.get_device_capability(device) >= (9, 0))
+    """Whether kernels on `device` launch with PDL: where few_row_linear.pdl_supported, with a Triton that has it
+    (3.3 on)."""
+    return hasattr(tl.extra.cuda, "gdc_wait") and pdl_supported(device)
 
 
 def pdl_launch(pdl: bool) -> dict:

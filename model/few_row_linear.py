@@ -26,12 +26,21 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("few_row_linear.cu")
 ENABLED = os.environ.get("DICE_FEW_ROW_LINEAR", "1") != "0"
-PDL_ALLOWED = os.environ.get("DICE_PDL", "1") != "0"  # the switch attention_kernels reads too
+# Programmatic dependent launch (a kernel starts while the one before drains): DICE_PDL=0 turns it off for these
+# kernels, the Triton ones (attention_kernels) and Inductor's.
+PDL_ALLOWED = os.environ.get("DICE_PDL", "1") != "0"
 MAX_ROWS = 16  # two 8-token mma columns; more rows go to cuBLAS, which is no longer latency-bound there
 EPILOGUES = {"none": 0, "residual": 1, "silu_mul": 2}
 # (tiles per CTA, warps) the source builds; with the norm fused, at most 8 warps (its registers spill at 16).
 LAUNCH_SHAPES = ((1, 8), (1, 16), (2, 4), (2, 8), (2, 16))
 BUILD_SECONDS = 300
+
+
+@functools.cache
+def pdl_supported(device: torch.device) -> bool:
+    """Whether kernels on `device` may launch with PDL: allowed, and a CUDA GPU of compute capability 9.0 (Hopper)
+    or newer."""
+    return PDL_ALLOWED and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def cache_dir() -> Path:
@@ -162,13 +171,12 @@ def _launch(lib, x, weight, residual, norm_weight, eps, epilogue, shape) -> torc
     out = torch.empty((rows, n_out), device=x.device, dtype=x.dtype)
     if residual is not None and residual.stride(-1) != 1:
         residual = residual.contiguous()
-    capability = torch.cuda.get_device_capability(x.device)
     with torch.cuda.device(x.device):
         error = lib.dice_few_row_linear(
             x.data_ptr(), x.stride(0), weight.data_ptr(), residual.data_ptr() if residual is not None else None,
             residual.stride(0) if residual is not None else 0,
             norm_weight.data_ptr() if norm_weight is not None else None, eps, out.data_ptr(), out.stride(0), rows, k,
-            n_out, EPILOGUES[epilogue], *shape, int(PDL_ALLOWED and capability >= (9, 0)),
+            n_out, EPILOGUES[epilogue], *shape, int(pdl_supported(x.device)),
             torch.cuda.current_stream(x.device).cuda_stream)
     if error:
         raise RuntimeError(f"few-row projection kernel failed to launch: {lib.dice_cuda_error_string(error).decode()}")
