@@ -312,9 +312,11 @@ def main(argv=None) -> int:
                         "triton.enable_pdl=True: programmatic dependent launch)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs of ours (tau 0.9) and the compiled AR baseline, alternating; medians reported")
-    parser.add_argument("--shape-sweep", action="store_true",
+    parser.add_argument("--shape-sweep", nargs="?", const="q/k/v,o_proj,gate/up,down_proj", default=None,
+                        metavar="PROJECTIONS",
                         help="also time the batch-1 forward with each projection's few-row launch shape changed, one "
-                        "projection at a time (the shapes that are fastest alone need not be inside the forward)")
+                        "projection at a time (the shapes that are fastest alone need not be inside the forward); "
+                        "optionally only these projections (comma list; default all four)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--profile", default=None, metavar="FILE",
                         help="also write a per-kernel GPU-time table of one compiled denoising pass to FILE")
@@ -393,9 +395,10 @@ def forward_ms_switched_off(model: DiceForBlockDiffusion, module, switch: str) -
         setattr(module, switch, True)
 
 
-def launch_shape_sweep(model: DiceForBlockDiffusion) -> list[dict]:
+def launch_shape_sweep(model: DiceForBlockDiffusion, swept: list[str]) -> list[dict]:
     """Batch-1 forward latency with one projection's few-row launch shape (tiles per CTA, warps) replaced at a time,
-    the others as launch_shape picks them; the first entry is the heuristic's own choice, timed again."""
+    for the projections named in `swept`, the others as launch_shape picks them; the first entry is the heuristic's
+    own choice, timed again."""
     config = model.config
     kinds = {  # (epilogue, norm fused, K) -> the projection's name
         ("none", True, config.hidden_size): "q/k/v",
@@ -404,7 +407,11 @@ def launch_shape_sweep(model: DiceForBlockDiffusion) -> list[dict]:
         ("residual", False, config.intermediate_size): "down_proj",
     }
     project_rows = few_row_linear.project_rows
-    trials = [(None, None)] + [(name, shape) for name in kinds.values() for shape in few_row_linear.LAUNCH_SHAPES]
+    unknown = set(swept) - set(kinds.values())
+    if unknown:
+        raise SystemExit(f"--shape-sweep: unknown projections {sorted(unknown)}; known: {list(kinds.values())}")
+    trials = [(None, None)] + [(name, shape) for name in kinds.values() if name in swept
+                               for shape in few_row_linear.LAUNCH_SHAPES]
     results = []
     for name, shape in trials:
         def with_shape(x, weight, residual, norm_weight, eps, epilogue, chosen=None, name=name, shape=shape):
@@ -486,7 +493,7 @@ def small_model_rows(args, skip, device, bandwidth, results):
         print(f"forward at batch 1 with cuBLAS projections: {results['forward_ms_cublas_projections']:.3f} ms",
               flush=True)
     if args.shape_sweep:
-        results["forward_ms_by_launch_shape"] = launch_shape_sweep(model)
+        results["forward_ms_by_launch_shape"] = launch_shape_sweep(model, args.shape_sweep.split(","))
     if "attention" not in skip:
         results["attention_us"] = {b: attention_us(model.config, b, 1024, device) for b in (1, 16)}
         print(f"attention per layer (us), fused vs matmuls: {results['attention_us']}", flush=True)

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
                 row["ours_us"][str(shape)] = graph_us(
                     [lambda w=w, s=shape: few_row_linear.project_rows(x, w, residual, norm_weight, 1e-6, epilogue, s)
                      for w in weights])
-        row["default_shape"] = str(few_row_linear.launch_shape(n_out, epilogue, norm))
+        row["default_shape"] = str(few_row_linear.launch_shape(n_out, k, epilogue, norm))
         compiled = baseline()
         row["cublas_us"] = graph_us([lambda w=w: compiled(x, w, residual, norm_weight, 1e-6, epilogue)
                                      for w in weights])

@@ -135,13 +135,17 @@ def applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
             and available(x.device))
 
 
-def launch_shape(n_out: int, epilogue: str, norm: bool) -> tuple[int, int]:
-    """(tiles of 16 weight rows per CTA, warps per CTA) for a projection; a tile has 8 outputs with silu_mul.
-    From the sweep of bench/few_row_linear.py on an H200 (BENCHMARKS.md): many tiles (gate/up) ran best as many
-    small CTAs, fewer tiles (q/k/v, o_proj, down_proj) as about 128 CTAs of as many warps as fit."""
+def launch_shape(n_out: int, k: int, epilogue: str, norm: bool) -> tuple[int, int]:
+    """(tiles of 16 weight rows per CTA, warps per CTA) for a projection with K = k; a tile has 8 outputs with
+    silu_mul. From the sweeps on an H200 (BENCHMARKS.md, decode runs 14 and 15): many tiles (gate/up) ran best as
+    many small CTAs, fewer tiles (q/k/v, o_proj, down_proj) as about 128 CTAs of as many warps as fit, except that a
+    short K (o_proj's 2048 over 16 warps: 128 each) ran best with two tiles a CTA (1.528 against 1.554-1.594 ms for
+    the batch-1 forward)."""
     tiles = n_out // (8 if epilogue == "silu_mul" else 16)
     if tiles >= 512 and tiles % 2 == 0:
         return 2, 4
+    if not norm and tiles % 2 == 0 and k <= 2048:
+        return 2, 16
     return (2 if tiles >= 256 and tiles % 2 == 0 else 1), (8 if norm else 16)
 
 
@@ -151,7 +155,7 @@ def project_rows(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor |
     """The kernel itself on 2-D x [rows, K] (last dim contiguous); `shape` overrides launch_shape (benchmarks
     sweep it). Returns out [rows, n_out]."""
     n_out = weight.shape[0] // 2 if epilogue == "silu_mul" else weight.shape[0]
-    tiles, warps = shape or launch_shape(n_out, epilogue, norm_weight is not None)
+    tiles, warps = shape or launch_shape(n_out, x.shape[1], epilogue, norm_weight is not None)
     per_cta = tiles * (8 if epilogue == "silu_mul" else 16)
     if (tiles, warps) not in LAUNCH_SHAPES or n_out % per_cta or (norm_weight is not None and warps > 8):
         raise ValueError(f"launch shape {tiles} tiles x {warps} warps does not fit {n_out} outputs")
