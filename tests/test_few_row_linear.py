@@ -51,6 +51,21 @@ def test_a_cpu_model_never_takes_the_kernels():
     assert not few_row_linear.applies(x, weight)
 
 
+def test_launch_shapes_for_the_dice_1_7b_projections_are_the_ones_the_forward_sweep_found_fastest():
+    """BENCHMARKS.md, decode run 15: each projection's launch shape varied inside the batch-1 forward on an H200."""
+    config = DiceConfig.from_name("dice-1.7b")
+    h, inter = config.hidden_size, config.intermediate_size
+    qkv = (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim
+    assert few_row_linear.launch_shape(qkv, h, "none", True) == (2, 8)
+    assert few_row_linear.launch_shape(h, config.num_attention_heads * config.head_dim, "residual", False) == (2, 16)
+    assert few_row_linear.launch_shape(inter, h, "silu_mul", True) == (2, 4)
+    assert few_row_linear.launch_shape(h, inter, "residual", False) == (1, 16)
+    for n_out, k, epilogue, norm in [(96, 160, "none", False), (48, 160, "silu_mul", True), (16, 64, "none", False)]:
+        tiles, warps = few_row_linear.launch_shape(n_out, k, epilogue, norm)  # small shapes: a shape that fits
+        assert (tiles, warps) in few_row_linear.LAUNCH_SHAPES and not (norm and warps > 8)
+        assert (n_out // (8 if epilogue == "silu_mul" else 16)) % tiles == 0
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_the_kernel_source_builds_once_and_exports_its_entry_points(tmp_path, monkeypatch):
     import ctypes
