@@ -399,26 +399,26 @@ def launch_shape_sweep(model: DiceForBlockDiffusion, swept: list[str]) -> list[d
     """Batch-1 forward latency with one projection's few-row launch shape (tiles per CTA, warps) replaced at a time,
     for the projections named in `swept`, the others as launch_shape picks them; the first entry is the heuristic's
     own choice, timed again."""
-    config = model.config
-    kinds = {  # (epilogue, norm fused, K) -> the projection's name
-        ("none", True, config.hidden_size): "q/k/v",
-        ("residual", False, config.num_attention_heads * config.head_dim): "o_proj",
-        ("silu_mul", True, config.hidden_size): "gate/up",
-        ("residual", False, config.intermediate_size): "down_proj",
+    c = model.config
+    projections = {  # name -> (epilogue, norm fused, K, outputs)
+        "q/k/v": ("none", True, c.hidden_size, (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim),
+        "o_proj": ("residual", False, c.num_attention_heads * c.head_dim, c.hidden_size),
+        "gate/up": ("silu_mul", True, c.hidden_size, c.intermediate_size),
+        "down_proj": ("residual", False, c.intermediate_size, c.hidden_size),
     }
+    kinds = {spec[:3]: name for name, spec in projections.items()}  # (epilogue, norm fused, K) -> name
     project_rows = few_row_linear.project_rows
-    unknown = set(swept) - set(kinds.values())
+    unknown = set(swept) - set(projections)
     if unknown:
-        raise SystemExit(f"--shape-sweep: unknown projections {sorted(unknown)}; known: {list(kinds.values())}")
-    trials = [(None, None)] + [(name, shape) for name in kinds.values() if name in swept
-                               for shape in few_row_linear.LAUNCH_SHAPES]
+        raise SystemExit(f"--shape-sweep: unknown projections {sorted(unknown)}; known: {list(projections)}")
+    trials = [(None, None)] + [(name, shape) for name, (epilogue, norm, _, n_out) in projections.items()
+                               if name in swept for shape in few_row_linear.LAUNCH_SHAPES
+                               if few_row_linear.shape_fits(shape, n_out, epilogue, norm)]
     results = []
     for name, shape in trials:
         def with_shape(x, weight, residual, norm_weight, eps, epilogue, chosen=None, name=name, shape=shape):
             kind = kinds.get((epilogue, norm_weight is not None, x.shape[1]))
             return project_rows(x, weight, residual, norm_weight, eps, epilogue, shape if kind == name else chosen)
-        if name is not None and not _shape_fits(config, name, shape):
-            continue
         few_row_linear.project_rows = with_shape
         try:
             engine = BlockDiffusionEngine(model, _NoTokenizer())
@@ -429,16 +429,6 @@ def launch_shape_sweep(model: DiceForBlockDiffusion, swept: list[str]) -> list[d
         results.append({"projection": name or "every projection", "shape": shape or "heuristic", "ms": ms})
         print(json.dumps(results[-1]), flush=True)
     return results
-
-
-def _shape_fits(config: DiceConfig, name: str, shape: tuple[int, int]) -> bool:
-    """Whether the launch shape can run that projection (its outputs split into whole CTAs; the norm: <= 8 warps)."""
-    tiles, warps = shape
-    if name in ("q/k/v", "gate/up") and warps > 8:
-        return False
-    outputs = {"q/k/v": (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim,
-               "gate/up": config.intermediate_size}.get(name, config.hidden_size)
-    return outputs % (tiles * (8 if name == "gate/up" else 16)) == 0
 
 
 def inductor_options(pairs: list[str]) -> dict:

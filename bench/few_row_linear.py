@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         row = {"projection": name, "rows": rows, "n": n, "k": k,
                "floor_us": n * k * 2 / (bandwidth * 1e3), "ours_us": {}}
         for shape in few_row_linear.LAUNCH_SHAPES:
-            if n_out % (shape[0] * (8 if epilogue == "silu_mul" else 16)) == 0 and not (norm and shape[1] > 8):
+            if few_row_linear.shape_fits(shape, n_out, epilogue, norm):
                 row["ours_us"][str(shape)] = graph_us(
                     [lambda w=w, s=shape: few_row_linear.project_rows(x, w, residual, norm_weight, 1e-6, epilogue, s)
                      for w in weights])

@@ -149,15 +149,22 @@ def launch_shape(n_out: int, k: int, epilogue: str, norm: bool) -> tuple[int, in
     return (2 if tiles >= 256 and tiles % 2 == 0 else 1), (8 if norm else 16)
 
 
+def shape_fits(shape: tuple[int, int], n_out: int, epilogue: str, norm: bool) -> bool:
+    """Whether the kernels have launch shape (tiles per CTA, warps) and it can run a projection of n_out outputs:
+    its tiles (16 outputs, 8 with silu_mul) split into whole CTAs, and at most 8 warps with the norm fused."""
+    tiles, warps = shape
+    return (shape in LAUNCH_SHAPES and n_out % (tiles * (8 if epilogue == "silu_mul" else 16)) == 0
+            and not (norm and warps > 8))
+
+
 def project_rows(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
                  norm_weight: torch.Tensor | None, eps: float, epilogue: str,
                  shape: tuple[int, int] | None = None) -> torch.Tensor:
     """The kernel itself on 2-D x [rows, K] (last dim contiguous); `shape` overrides launch_shape (benchmarks
     sweep it). Returns out [rows, n_out]."""
     n_out = weight.shape[0] // 2 if epilogue == "silu_mul" else weight.shape[0]
-    tiles, warps = shape or launch_shape(n_out, x.shape[1], epilogue, norm_weight is not None)
-    per_cta = tiles * (8 if epilogue == "silu_mul" else 16)
-    if (tiles, warps) not in LAUNCH_SHAPES or n_out % per_cta or (norm_weight is not None and warps > 8):
+    tiles, warps = shape = shape or launch_shape(n_out, x.shape[1], epilogue, norm_weight is not None)
+    if not shape_fits(shape, n_out, epilogue, norm_weight is not None):
         raise ValueError(f"launch shape {tiles} tiles x {warps} warps does not fit {n_out} outputs")
     if x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16 or not weight.is_contiguous() \
             or weight.data_ptr() % 16 or (norm_weight is not None and norm_weight.data_ptr() % 16):

@@ -111,7 +111,7 @@ def test_the_kernel_matches_the_torch_ops(epilogue, norm, rows, n, k):
     want = reference(x, weight, residual, norm_weight, epilogue)
     assert few_row_linear.applies(x, weight, None, norm_weight)
     for shape in few_row_linear.LAUNCH_SHAPES:
-        if n_out % (shape[0] * (8 if epilogue == "silu_mul" else 16)) or (norm and shape[1] > 8):
+        if not few_row_linear.shape_fits(shape, n_out, epilogue, norm):
             continue
         got = few_row_linear.project_rows(x, weight, residual, norm_weight, EPS, epilogue, shape)
         assert got.shape == (rows, n_out) and got.dtype == torch.bfloat16
