@@ -301,8 +301,9 @@ def main(argv=None) -> int:
     parser.add_argument("--ar-new-tokens", type=int, default=64, help="plain generate() is slow: fewer tokens")
     parser.add_argument("--skip", default="", help="comma list of rows to skip: compiled,plain,reference,"
                         "small (the whole DICE-1.7B part),large, and of forward-latency rows: eager (the uncompiled "
-                        "graph),separate (the attention inputs without their fused op),cublas (the projections on "
-                        "cuBLAS instead of the few-row kernels),attention (the kernel timings)")
+                        "graph),separate (the attention inputs without their fused op),chain (one few-row kernel a "
+                        "projection instead of a chain kernel a layer),cublas (the projections on cuBLAS instead of "
+                        "the few-row kernels),attention (the kernel timings)")
     parser.add_argument("--batches", default="1,16", help="comma list of batch sizes for the DICE-1.7B rows "
                         "('': forward latency rows only)")
     parser.add_argument("--compile-mode", default=None, help="also time the forward compiled with this "
@@ -347,6 +348,7 @@ def main(argv=None) -> int:
             ("  same, Inductor " + ",".join(args.inductor_option),
              results.get("forward_ms_inductor_options", {}).get("ms")),
             ("  same, rotary and cache writes unfused", results.get("forward_ms_separate_rotary_cache")),
+            ("  same, a few-row kernel a projection (no chain)", results.get("forward_ms_without_chain")),
             ("  same, projections on cuBLAS", results.get("forward_ms_cublas_projections")),
             ("  same, CUDA graph of the uncompiled model", eager_graph_ms),
         ]
@@ -477,6 +479,10 @@ def small_model_rows(args, skip, device, bandwidth, results):
     if "separate" not in skip:  # the same forward with QK-norm, rotary and the cache writes as separate steps
         results["forward_ms_separate_rotary_cache"] = forward_ms_switched_off(model, network, "FUSED_ROTARY_CACHE")
         print(f"forward at batch 1 with the separate steps: {results['forward_ms_separate_rotary_cache']:.3f} ms",
+              flush=True)
+    if "chain" not in skip:  # the same forward with one few-row kernel a projection (no layer_tail chains)
+        results["forward_ms_without_chain"] = forward_ms_switched_off(model, few_row_linear, "CHAIN_ENABLED")
+        print(f"forward at batch 1 without the chain kernel: {results['forward_ms_without_chain']:.3f} ms",
               flush=True)
     if "cublas" not in skip:  # the same forward with every projection on cuBLAS (no few-row kernels)
         results["forward_ms_cublas_projections"] = forward_ms_switched_off(model, few_row_linear, "ENABLED")

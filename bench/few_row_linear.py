@@ -8,6 +8,11 @@ Inductor kernel, cuBLAS, the epilogue as an Inductor kernel), the copy floor (we
 measured in the same run) and the ratio.
 
     python bench/few_row_linear.py --out few_row_linear.json
+
+--chain times a layer's projections in the order a forward runs them (o_proj, gate/up, down_proj, then the next
+layer's q/k/v), 28 layers in one graph: as four kernels a layer, as one persistent chain kernel a layer
+(few_row_linear.project_chain), as a chain of three and the q/k/v kernel, and as one chain over all 28 layers;
+first it checks the chain's outputs against the kernels'.
 """
 
 import argparse
@@ -60,15 +65,110 @@ def baseline():
     return torch.compile(few_row_linear.torch_projection, options=options)
 
 
+def layer_weights(config: DiceConfig) -> dict:
+    """Random weights of one layer's projections, shaped as the model fuses them."""
+    h, d = config.hidden_size, config.head_dim
+    n_qkv = (config.num_attention_heads + 2 * config.num_key_value_heads) * d
+
+    def matrix(n, k):
+        return (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
+
+    def norm():
+        return (torch.rand(h, device="cuda") + 0.5).to(torch.bfloat16)
+
+    return {"o": matrix(h, config.num_attention_heads * d), "gate_up": matrix(2 * config.intermediate_size, h),
+            "down": matrix(h, config.intermediate_size), "qkv": matrix(n_qkv, h), "mlp_norm": norm(),
+            "attention_norm": norm()}
+
+
+def chain_steps(layer: dict, residual: torch.Tensor, eps: float, with_qkv: bool = True) -> list:
+    """A layer from its attention output: o_proj + residual, norm + gate/up + SiLU·up, down_proj + residual (of
+    o_proj's output), then (with_qkv) the next layer's norm + q/k/v; the next layer's weights stand in as this
+    layer's."""
+    step = few_row_linear.ChainStep
+    steps = [step(layer["o"], "residual", residual=residual),
+             step(layer["gate_up"], "silu_mul", layer["mlp_norm"], eps),
+             step(layer["down"], "residual", residual=0)]
+    return steps + [step(layer["qkv"], "none", layer["attention_norm"], eps)] if with_qkv else steps
+
+
+def kernels_layer(layer: dict, attention: torch.Tensor, residual: torch.Tensor, eps: float,
+                  with_qkv: bool = True) -> list:
+    """chain_steps as one few-row kernel each."""
+    project = few_row_linear.project_rows
+    h1 = project(attention, layer["o"], residual, None, 0.0, "residual")
+    g = project(h1, layer["gate_up"], None, layer["mlp_norm"], eps, "silu_mul")
+    h2 = project(g, layer["down"], h1, None, 0.0, "residual")
+    return [h1, g, h2] + ([project(h2, layer["qkv"], None, layer["attention_norm"], eps, "none")] if with_qkv else [])
+
+
+def chain_main(config: DiceConfig, bandwidth: float, rows: int) -> dict:
+    eps = config.rms_norm_eps
+    layers = [layer_weights(config) for _ in range(LAYERS)]
+    attention = torch.randn(rows, config.num_attention_heads * config.head_dim, device="cuda",
+                            dtype=torch.bfloat16)
+    residual = torch.randn(rows, config.hidden_size, device="cuda", dtype=torch.bfloat16)
+    def states():  # one for each chain (project_chain)
+        return [few_row_linear.new_chain_state(torch.device("cuda")) for _ in layers]
+
+    layer_states, three_states, all_layers_state = states(), states(), states()[0]
+    results = {"rows": rows, "checks": []}
+    expected = kernels_layer(layers[0], attention, residual, eps)
+    got = few_row_linear.project_chain(attention, chain_steps(layers[0], residual, eps), layer_states[0])
+    for name, a, b in zip(("o_proj", "gate/up", "down_proj", "q/k/v"), got, expected):
+        difference = (a.float() - b.float()).abs().max().item()
+        results["checks"].append({"step": name, "max_abs_difference": difference,
+                                  "max_abs_value": b.float().abs().max().item()})
+        print(f"chain vs kernels, {name}: max |difference| {difference:.4g} (values up to "
+              f"{b.float().abs().max().item():.3g})", flush=True)
+    weight_bytes = sum(layers[0][name].numel() * 2 for name in ("o", "gate_up", "down", "qkv"))
+    floor = weight_bytes / (bandwidth * 1e3)
+    every_step = [s for layer in layers for s in chain_steps(layer, residual, eps)]
+    variants = {
+        "four kernels a layer": [lambda layer=layer: kernels_layer(layer, attention, residual, eps) for layer in layers],
+        "chain kernel a layer": [lambda layer=layer, state=state: few_row_linear.project_chain(
+            attention, chain_steps(layer, residual, eps), state) for layer, state in zip(layers, layer_states)],
+        "chain of three + q/k/v kernel": [lambda layer=layer, state=state: (few_row_linear.project_chain(
+            attention, chain_steps(layer, residual, eps, with_qkv=False), state), few_row_linear.project_rows(
+            residual, layer["qkv"], None, layer["attention_norm"], eps, "none"))
+            for layer, state in zip(layers, three_states)],
+        "one chain, all 28 layers": [lambda: few_row_linear.project_chain(attention, every_step, all_layers_state)],
+    }
+    results["floor_us_per_layer"] = floor
+    results["us_per_layer"] = {}
+    for name, calls in variants.items():
+        try:
+            per_layer = graph_us(calls) * len(calls) / LAYERS
+        except RuntimeError as error:
+            print(f"{name}: {error}", flush=True)
+            continue
+        results["us_per_layer"][name] = per_layer
+        print(f"{name}: {per_layer:.1f} us a layer", flush=True)
+    print(f"\n| {rows} token rows, 28 layers | us a layer | / copy floor |\n| --- | ---: | ---: |")
+    for name, us in results["us_per_layer"].items():
+        print(f"| {name} | {us:.1f} | {us / floor:.2f}x |")
+    print(f"| copy floor ({weight_bytes / 1e6:.1f} MB a layer) | {floor:.1f} | |")
+    return results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="dice-1.7b")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--chain", type=int, default=0, metavar="ROWS",
+                        help="time the chain kernel against the kernels, at ROWS token rows")
     args = parser.parse_args(argv)
     assert few_row_linear.available(torch.device("cuda")), "the kernels did not build (see the log)"
     config = DiceConfig.from_name(args.preset)
     bandwidth = copy_bandwidth_gbs("cuda")
     print(f"copy bandwidth {bandwidth:.0f} GB/s", flush=True)
+    if args.chain:
+        torch.manual_seed(0)
+        results = chain_main(config, bandwidth, args.chain)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1)
+        return 0
     results = {"copy_bandwidth_gbs": bandwidth, "rows": []}
     torch.manual_seed(0)
     for name, rows, n, k, epilogue, norm in projections(config):

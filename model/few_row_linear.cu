@@ -76,6 +76,34 @@ __device__ __forceinline__ uint4 scale_by_norm_weight(uint4 x, uint4 weight, flo
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+__device__ __forceinline__ void consumers_sync();
+
+// Each token's 1 / rms(x) into token_scale[token] (by the first NT * 8 threads) from the threads' sums of squares
+// of its x: thread (g, t) of a warp holds token j * 8 + g's share in sum_squares[j]; summed over the quad, then
+// over the warps in warp_squares[WARPS * NT * 8]. CONSUMERS: only a chain's consumer warps take part.
+template <int NT, int WARPS, bool CONSUMERS>
+__device__ __forceinline__ void token_scales(const float (&sum_squares)[NT], float* warp_squares, float* token_scale,
+                                             int k, float eps) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    float s = sum_squares[j];  // the quad's four threads hold the same token's other k
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    if ((lane & 3) == 0) warp_squares[(warp * NT + j) * 8 + (lane >> 2)] = s;
+  }
+  if (CONSUMERS)
+    consumers_sync();
+  else
+    __syncthreads();
+  if (threadIdx.x < NT * 8) {
+    float s = 0.f;
+#pragma unroll
+    for (int v = 0; v < WARPS; ++v) s += warp_squares[v * NT * 8 + threadIdx.x];
+    token_scale[threadIdx.x] = rsqrtf(s / k + eps);
+  }
+}
+
 // Weight row behind fragment row r (0..15) of tile `tile`.
 template <int EPILOGUE>
 __device__ __forceinline__ int weight_row(int tile, int r, int n_out) {
@@ -177,21 +205,8 @@ __global__ void __launch_bounds__(WARPS * 32) few_row_linear_kernel(
 #pragma unroll
       for (int e = 0; e < 4; ++e) partial[warp][i][j][lane][e] = acc[i][j][e];
   if (NORM) {
-    __shared__ float warp_squares[WARPS][NT * 8];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      float s = sum_squares[j];  // the quad's four threads hold the same token's other k
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      s += __shfl_xor_sync(0xffffffffu, s, 2);
-      if (t == 0) warp_squares[warp][j * 8 + g] = s;
-    }
-    __syncthreads();
-    if (threadIdx.x < NT * 8) {
-      float s = 0.f;
-#pragma unroll
-      for (int v = 0; v < WARPS; ++v) s += warp_squares[v][threadIdx.x];
-      token_scale[threadIdx.x] = rsqrtf(s / k + eps);
-    }
+    __shared__ float warp_squares[WARPS * NT * 8];
+    token_scales<NT, WARPS, false>(sum_squares, warp_squares, token_scale, k, eps);
   }
   __syncthreads();
 
@@ -283,6 +298,387 @@ cudaError_t launch_shape(int tiles, int warps, const Arguments& a) {
   return cudaErrorInvalidValue;
 }
 
+
+// ---- A chain of projections as one persistent kernel ----
+//
+// Between two projections of a layer the weight stream stops: the next kernel's CTAs start and load only as the
+// last ones drain, and each projection pays that start and drain (BENCHMARKS.md, decode run 15: the four
+// projections of a layer took 37.8 us against 23.8 at the copy rate). Weights never depend on activations, so
+// here one CTA per SM streams every weight byte of a chain of projections through a ring of shared-memory stages
+// with bulk copies (a producer warp), while 8 consumer warps run the mma on each stage as it lands; between two
+// dependent projections the consumers wait at a grid barrier, the producer does not. The ring keeps filling
+// through barriers, x loads and epilogues, so the stream only stops when the ring is full: with 13 stages (6.5 us
+// of an SM's share of the bandwidth) and the mma left out, a chain took 25.6 us a layer with its grid barriers and
+// 25.3 without (BENCHMARKS.md, decode run 16).
+//
+// Each projection's tiles (16 weight rows, as above) go round-robin over the CTAs, continuing from where the
+// projection before ended, so the bytes a CTA streams even out over the chain. A tile's K is streamed in stages of
+// CHAIN_STAGE_K; every consumer warp takes 2 of a stage's 16 k-steps, always the same ones, so each warp holds
+// just its slices of x in registers (RMS-normalised there when the projection has the norm), loaded once per
+// projection. The warps' partial tiles are summed in shared memory and the epilogue is the one above.
+
+constexpr int CHAIN_CONSUMER_WARPS = 8;
+constexpr int CHAIN_THREADS = (CHAIN_CONSUMER_WARPS + 1) * 32;  // the last warp is the producer
+constexpr int CHAIN_STAGE_K = 512;  // 1024 (2 KB copies, half the stage handshakes) ran slower
+constexpr int CHAIN_STEPS_PER_WARP = CHAIN_STAGE_K / 32 / CHAIN_CONSUMER_WARPS;
+// x held per thread: K / 256 k-steps of 16 bytes for each 8-token column. K = 6144 at 8 tokens (96 registers) is
+// the most that fits.
+constexpr int CHAIN_MAX_X_STEPS = 24;
+// A stage row is padded by 64 bytes: fragment rows g and g + 1 then fall in different halves of the banks.
+constexpr int CHAIN_STAGE_ROW_BYTES = CHAIN_STAGE_K * 2 + 64;
+constexpr int CHAIN_STAGE_BYTES = 16 * CHAIN_STAGE_ROW_BYTES;
+constexpr int CHAIN_MAX_STAGES = 16;
+constexpr int CHAIN_MAX_PHASES = 128;
+
+// One projection of a chain: out = epilogue(norm(x) @ w^T), as few_row_linear_kernel.
+struct ChainPhase {
+  const __nv_bfloat16* w;
+  const __nv_bfloat16* x;
+  const __nv_bfloat16* residual;
+  const __nv_bfloat16* norm_weight;  // null: no norm
+  __nv_bfloat16* out;
+  int64_t x_stride, residual_stride, out_stride;
+  float eps;
+  int k, n_out, epilogue;
+};
+
+template <int MAX_PHASES>
+struct ChainProgram {
+  ChainPhase phase[MAX_PHASES];
+  int n_phases;
+};
+
+// What a chain keeps in device memory between launches (zeroed once): its grid barrier's count of arrivals. It only
+// grows (64 bits never wrap), so barrier m of all launches is passed when it reaches (m + 1) * CTAs.
+struct ChainState {
+  unsigned long long arrivals;
+};
+
+// Whether a chain of `rows` token rows takes this phase: K in whole stages, x of it in registers, whole tiles.
+__host__ __device__ inline bool chain_phase_fits(const ChainPhase& phase, int rows) {
+  const int columns = rows > 8 ? 2 : 1;
+  return phase.k % CHAIN_STAGE_K == 0 && phase.k / (32 * CHAIN_CONSUMER_WARPS) * columns <= CHAIN_MAX_X_STEPS &&
+         phase.n_out % 16 == 0;
+}
+
+__device__ __forceinline__ int chain_tiles(const ChainPhase& phase) {
+  return phase.epilogue == EPILOGUE_SILU_MUL ? phase.n_out / 8 : phase.n_out / 16;
+}
+
+__device__ __forceinline__ int chain_weight_row(const ChainPhase& phase, int tile, int r) {
+  return phase.epilogue == EPILOGUE_SILU_MUL ? weight_row<EPILOGUE_SILU_MUL>(tile, r, phase.n_out)
+                                             : weight_row<EPILOGUE_NONE>(tile, r, phase.n_out);
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+}
+
+// Returns once the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}" ::"r"(shared_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(CHAIN_CONSUMER_WARPS * 32) : "memory");
+}
+
+// All consumer threads of all CTAs; what any of them wrote before is visible (to L2 loads) to all after. One
+// release atomic and then polling: under a full weight stream every L2 round trip takes about a microsecond, and a
+// barrier that also read a generation, fenced and released a reset took 2.6-4.8 us from the last arrival to the
+// first release (BENCHMARKS.md, decode run 16).
+__device__ void grid_barrier(ChainState* state, unsigned n_ctas) {
+  consumers_sync();
+  if (threadIdx.x == 0) {
+    unsigned long long arrived, now;
+    asm volatile("atom.add.release.gpu.global.u64 %0, [%1], 1;" : "=l"(arrived) : "l"(&state->arrivals) : "memory");
+    const unsigned long long passed = (arrived / n_ctas + 1) * n_ctas;
+    do {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(&state->arrivals) : "memory");
+    } while (now < passed);
+  }
+  consumers_sync();
+}
+
+// Which output of a tile consumer thread threadIdx.x writes (one each: 256 threads, at most 2 * 32 * 4 outputs):
+// accumulator element e of lane src_lane in column j; fragment row r, token `token`. SiLU·up: e and e + 2.
+struct EpilogueItem {
+  int e, src_lane, j, r, token;
+  bool active;
+};
+
+template <int NT>
+__device__ __forceinline__ EpilogueItem epilogue_item(const ChainPhase& phase, int rows) {
+  const int pairs = phase.epilogue == EPILOGUE_SILU_MUL ? 2 : 4;
+  const int index = threadIdx.x;
+  EpilogueItem item;
+  item.e = index % pairs;
+  item.src_lane = index / pairs % 32;
+  item.j = index / pairs / 32;
+  item.r = (item.src_lane >> 2) + (item.e >= 2 ? 8 : 0);
+  item.token = item.j * 8 + 2 * (item.src_lane & 3) + (item.e & 1);
+  item.active = index < NT * 32 * pairs && item.token < rows;
+  return item;
+}
+
+// The epilogue of one tile from the consumer warps' partial sums, as few_row_linear_kernel's; the residual was
+// loaded before the tile's mma.
+template <int NT>
+__device__ __forceinline__ void chain_epilogue(const ChainPhase& phase, int tile, const EpilogueItem& item,
+                                               float residual, const float (*partial)[NT][32][4],
+                                               const float* token_scale) {
+  if (!item.active) return;
+  const float scale = phase.norm_weight != nullptr ? token_scale[item.token] : 1.f;
+  float y = 0.f;
+#pragma unroll
+  for (int s = 0; s < CHAIN_CONSUMER_WARPS; ++s) y += partial[s][item.j][item.src_lane][item.e];
+  y *= scale;
+  if (phase.epilogue == EPILOGUE_SILU_MUL) {
+    float up = 0.f;
+#pragma unroll
+    for (int s = 0; s < CHAIN_CONSUMER_WARPS; ++s) up += partial[s][item.j][item.src_lane][item.e + 2];
+    up *= scale;
+    const float gate = round_bf16(y);
+    phase.out[item.token * phase.out_stride + tile * 8 + item.r] =
+        __float2bfloat16(gate / (1.f + __expf(-gate)) * round_bf16(up));
+  } else {
+    phase.out[item.token * phase.out_stride + tile * 16 + item.r] = __float2bfloat16(round_bf16(y) + residual);
+  }
+}
+
+// What the ring and the consumers share.
+struct ChainShared {
+  char* ring;
+  uint64_t* stage_full;
+  uint64_t* stage_free;
+  int n_stages;
+};
+
+// A consumer's place in the ring.
+struct RingPosition {
+  int stage = 0;
+  unsigned parity = 0;
+  __device__ void advance(int n_stages) {
+    if (++stage == n_stages) stage = 0, parity ^= 1;
+  }
+};
+
+// The consumers' part of one phase with K = STAGES * CHAIN_STAGE_K: this CTA's tiles from `first` on.
+template <int NT, int STAGES>
+__device__ void consume_phase(const ChainPhase& phase, int rows, int first, int n_ctas, const ChainShared& ring,
+                              RingPosition& position, int& tiles_done, float (*partial)[CHAIN_CONSUMER_WARPS][NT][32][4],
+                              float* token_scale, float* warp_squares) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const bool norm = phase.norm_weight != nullptr;
+  // This warp's k-slices of x, all loads in flight at once; x was written by the kernel before or by other CTAs
+  // before the grid barrier: read from L2.
+  uint4 xv[STAGES][CHAIN_STEPS_PER_WARP][NT];
+#pragma unroll
+  for (int c = 0; c < STAGES; ++c)
+#pragma unroll
+    for (int i = 0; i < CHAIN_STEPS_PER_WARP; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int token = j * 8 + g, k = c * CHAIN_STAGE_K + (warp * CHAIN_STEPS_PER_WARP + i) * 32 + t * 8;
+        xv[c][i][j] = token < rows ? __ldcg(reinterpret_cast<const uint4*>(phase.x + token * phase.x_stride + k))
+                                   : make_uint4(0, 0, 0, 0);
+      }
+  if (norm) {
+    float sum_squares[NT] = {};
+#pragma unroll
+    for (int c = 0; c < STAGES; ++c)
+#pragma unroll
+      for (int i = 0; i < CHAIN_STEPS_PER_WARP; ++i) {
+        const int k = c * CHAIN_STAGE_K + (warp * CHAIN_STEPS_PER_WARP + i) * 32 + t * 8;
+        const uint4 weight = *reinterpret_cast<const uint4*>(phase.norm_weight + k);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xv[c][i][j] = scale_by_norm_weight(xv[c][i][j], weight, sum_squares[j]);
+      }
+    token_scales<NT, CHAIN_CONSUMER_WARPS, true>(sum_squares, warp_squares, token_scale, phase.k, phase.eps);
+  }
+  const EpilogueItem item = epilogue_item<NT>(phase, rows);
+  for (int tile = first; tile < chain_tiles(phase); tile += n_ctas) {
+    // Issued now, used after the tile's mma: the epilogue does not wait on L2.
+    const float residual =
+        item.active && phase.epilogue == EPILOGUE_RESIDUAL
+            ? __bfloat162float(__ldcg(phase.residual + item.token * phase.residual_stride + tile * 16 + item.r))
+            : 0.f;
+    // One accumulator per mma of a stage: their chains run side by side, summed after the last stage.
+    float acc[CHAIN_STEPS_PER_WARP][2][NT][4] = {};
+#pragma unroll
+    for (int c = 0; c < STAGES; ++c) {
+      mbarrier_wait(&ring.stage_full[position.stage], position.parity);
+      const char* a = ring.ring + position.stage * CHAIN_STAGE_BYTES;
+#pragma unroll
+      for (int i = 0; i < CHAIN_STEPS_PER_WARP; ++i) {
+        const int step = warp * CHAIN_STEPS_PER_WARP + i;
+        const uint4 a0 = *reinterpret_cast<const uint4*>(a + g * CHAIN_STAGE_ROW_BYTES + step * 64 + t * 16);
+        const uint4 a1 = *reinterpret_cast<const uint4*>(a + (g + 8) * CHAIN_STAGE_ROW_BYTES + step * 64 + t * 16);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          mma_16x8x16(acc[i][0][j], a0.x, a1.x, a0.y, a1.y, xv[c][i][j].x, xv[c][i][j].y);
+          mma_16x8x16(acc[i][1][j], a0.z, a1.z, a0.w, a1.w, xv[c][i][j].z, xv[c][i][j].w);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(&ring.stage_free[position.stage]);
+      position.advance(ring.n_stages);
+    }
+    float (*mine)[NT][32][4] = partial[tiles_done & 1];  // two in turn: the next tile's writes need no sync
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < CHAIN_STEPS_PER_WARP; ++i) sum += acc[i][0][j][e] + acc[i][1][j][e];
+        mine[warp][j][lane][e] = sum;
+      }
+    consumers_sync();
+    chain_epilogue<NT>(phase, tile, item, residual, mine, token_scale);
+    ++tiles_done;
+  }
+}
+
+template <int NT, int MAX_PHASES>
+__global__ void __launch_bounds__(CHAIN_THREADS, 1)
+    projection_chain_kernel(const __grid_constant__ ChainProgram<MAX_PHASES> program, int rows, int n_stages,
+                            ChainState* state) {
+  extern __shared__ __align__(128) char shared[];
+  __shared__ uint64_t stage_full[CHAIN_MAX_STAGES], stage_free[CHAIN_MAX_STAGES];
+  __shared__ float token_scale[16], warp_squares[CHAIN_CONSUMER_WARPS * 16];
+  const ChainShared ring{shared, stage_full, stage_free, n_stages};
+  auto partial = reinterpret_cast<float (*)[CHAIN_CONSUMER_WARPS][NT][32][4]>(shared + n_stages * CHAIN_STAGE_BYTES);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_ctas = gridDim.x;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < n_stages; ++s) {
+      mbarrier_init(&stage_full[s], 1);
+      mbarrier_init(&stage_free[s], CHAIN_CONSUMER_WARPS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == CHAIN_CONSUMER_WARPS) {  // the producer: every weight byte of this CTA's tiles, in order
+    RingPosition position;
+    int offset = 0;  // the CTA that takes a phase's first tile
+    for (int p = 0; p < program.n_phases; ++p) {
+      const ChainPhase& phase = program.phase[p];
+      const int tiles = chain_tiles(phase);
+      for (int tile = (blockIdx.x - offset + n_ctas) % n_ctas; tile < tiles; tile += n_ctas) {
+        const __nv_bfloat16* row = phase.w + (int64_t)chain_weight_row(phase, tile, lane & 15) * phase.k;
+        for (int k0 = 0; k0 < phase.k; k0 += CHAIN_STAGE_K) {
+          mbarrier_wait(&stage_free[position.stage], position.parity ^ 1);
+          if (lane == 0) mbarrier_expect_bytes(&stage_full[position.stage], 16 * CHAIN_STAGE_K * 2);
+          __syncwarp();
+          if (lane < 16)
+            bulk_copy_to_shared(shared + position.stage * CHAIN_STAGE_BYTES + lane * CHAIN_STAGE_ROW_BYTES, row + k0,
+                                CHAIN_STAGE_K * 2, &stage_full[position.stage]);
+          position.advance(n_stages);
+        }
+      }
+      offset = (offset + tiles) % n_ctas;
+    }
+    return;
+  }
+
+  RingPosition position;
+  int offset = 0, tiles_done = 0;
+  wait_for_previous_kernel();
+  for (int p = 0; p < program.n_phases; ++p) {
+    const ChainPhase& phase = program.phase[p];
+    if (p > 0) grid_barrier(state, n_ctas);
+    // Every CTA is resident now (all reached the barrier): the next kernel may take the room left.
+    if (p == 1) let_next_kernel_launch();
+    const int tiles = chain_tiles(phase);
+    const int first = (blockIdx.x - offset + n_ctas) % n_ctas;
+    offset = (offset + tiles) % n_ctas;
+    if (first >= tiles) continue;
+    switch (phase.k / CHAIN_STAGE_K) {
+#define DICE_CONSUME(STAGES)                                                                                  \
+  case STAGES:                                                                                                \
+    if constexpr (NT * STAGES * CHAIN_STEPS_PER_WARP <= CHAIN_MAX_X_STEPS)                                    \
+      consume_phase<NT, STAGES>(phase, rows, first, n_ctas, ring, position, tiles_done, partial, token_scale, \
+                                warp_squares);                                                                \
+    break;
+      DICE_CONSUME(1) DICE_CONSUME(2) DICE_CONSUME(3) DICE_CONSUME(4) DICE_CONSUME(5) DICE_CONSUME(6)
+      DICE_CONSUME(7) DICE_CONSUME(8) DICE_CONSUME(9) DICE_CONSUME(10) DICE_CONSUME(11) DICE_CONSUME(12)
+#undef DICE_CONSUME
+    }
+    consumers_sync();  // token_scale and warp_squares are rewritten by the next projection
+  }
+  if (program.n_phases == 1) let_next_kernel_launch();
+}
+
+template <int NT, int MAX_PHASES>
+cudaError_t launch_chain(const ChainPhase* phases, int n_phases, int rows, ChainState* state, bool pdl,
+                         cudaStream_t stream) {
+  ChainProgram<MAX_PHASES> program = {};
+  for (int p = 0; p < n_phases; ++p) {
+    if (!chain_phase_fits(phases[p], rows)) return cudaErrorInvalidValue;
+    program.phase[p] = phases[p];
+  }
+  program.n_phases = n_phases;
+  auto kernel = projection_chain_kernel<NT, MAX_PHASES>;
+  int device = 0, sms = 0, max_shared = 0;
+  cudaFuncAttributes attributes;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (error == cudaSuccess)
+    error = cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (error == cudaSuccess) error = cudaFuncGetAttributes(&attributes, kernel);
+  if (error != cudaSuccess) return error;
+  // As many ring stages as fit beside the two partial tiles.
+  const int partial_bytes = 2 * CHAIN_CONSUMER_WARPS * NT * 32 * 4 * 4;
+  int n_stages = (max_shared - (int)attributes.sharedSizeBytes - partial_bytes) / CHAIN_STAGE_BYTES;
+  n_stages = n_stages > CHAIN_MAX_STAGES ? CHAIN_MAX_STAGES : n_stages;
+  if (n_stages < 2) return cudaErrorInvalidValue;
+  const int shared_bytes = n_stages * CHAIN_STAGE_BYTES + partial_bytes;
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
+  if (error != cudaSuccess) return error;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(sms);  // one CTA a SM (its shared memory allows no second), all co-resident
+  config.blockDim = dim3(CHAIN_THREADS);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeCooperative;  // the launch fails instead of hanging where they cannot be
+  attribute[0].val.cooperative = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl ? 2 : 1;
+  return cudaLaunchKernelEx(&config, kernel, program, rows, n_stages, state);
+}
+
 }  // namespace
 
 extern "C" {
@@ -308,6 +704,33 @@ int dice_few_row_linear(const void* x, int64_t x_stride, const void* w, const vo
                   : launch_shape<EPILOGUE_SILU_MUL, false>(tiles, warps, a);
   }
   return cudaErrorInvalidValue;
+}
+
+// A chain of projections (ChainPhase, host memory) as one persistent kernel on `stream`: each phase reads what
+// the one before wrote only after a grid barrier. state: dice_projection_chain_state_bytes() of zeroed device
+// memory, kept for later launches of the same chain and used by no other chain while it runs. rows <= 16.
+int dice_projection_chain(const void* phases, int n_phases, int rows, void* state, int pdl, void* stream) {
+  if (rows < 1 || rows > 16 || n_phases < 1 || n_phases > CHAIN_MAX_PHASES) return cudaErrorInvalidValue;
+  const auto* list = static_cast<const ChainPhase*>(phases);
+  auto* chain_state = static_cast<ChainState*>(state);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (n_phases <= 4)
+    return rows > 8 ? launch_chain<2, 4>(list, n_phases, rows, chain_state, pdl != 0, s)
+                    : launch_chain<1, 4>(list, n_phases, rows, chain_state, pdl != 0, s);
+  return rows > 8 ? launch_chain<2, CHAIN_MAX_PHASES>(list, n_phases, rows, chain_state, pdl != 0, s)
+                  : launch_chain<1, CHAIN_MAX_PHASES>(list, n_phases, rows, chain_state, pdl != 0, s);
+}
+
+int dice_projection_chain_state_bytes() { return sizeof(ChainState); }
+
+
+// Whether dice_projection_chain takes these phases at `rows` token rows (K a multiple of 512 and, at more than 8
+// rows, at most 3072: x is held in registers; outputs a multiple of 16).
+int dice_projection_chain_fits(const void* phases, int n_phases, int rows) {
+  const auto* list = static_cast<const ChainPhase*>(phases);
+  for (int p = 0; p < n_phases; ++p)
+    if (!chain_phase_fits(list[p], rows)) return 0;
+  return rows >= 1 && rows <= 16 && n_phases >= 1 && n_phases <= CHAIN_MAX_PHASES;
 }
 
 const char* dice_cuda_error_string(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,6 +32,9 @@ ENABLED = os.environ.get("DICE_FEW_ROW_LINEAR", "1") != "0"
 PDL_ALLOWED = os.environ.get("DICE_PDL", "1") != "0"
 MAX_ROWS = 16  # two 8-token mma columns; more rows go to cuBLAS, which is no longer latency-bound there
 EPILOGUES = {"none": 0, "residual": 1, "silu_mul": 2}
+# A decoding pass runs each layer's projections after attention (and the next layer's q/k/v) as one persistent
+# chain kernel (layer_tail); DICE_PROJECTION_CHAIN=0 keeps one kernel a projection.
+CHAIN_ENABLED = os.environ.get("DICE_PROJECTION_CHAIN", "1") != "0"
 # (tiles per CTA, warps) the source builds; with the norm fused, at most 8 warps (its registers spill at 16).
 LAUNCH_SHAPES = ((1, 8), (1, 16), (2, 4), (2, 8), (2, 16))
 BUILD_SECONDS = 300
@@ -86,6 +90,11 @@ def _library(device_index: int):
     lib.dice_few_row_linear.argtypes = [ptr, i64, ptr, ptr, i64, ptr, ctypes.c_float, ptr, i64, i32, i32, i32, i32,
                                         i32, i32, i32, ptr]
     lib.dice_few_row_linear.restype = i32
+    lib.dice_projection_chain.argtypes = [ptr, i32, i32, ptr, i32, ptr]
+    lib.dice_projection_chain.restype = i32
+    lib.dice_projection_chain_fits.argtypes = [ptr, i32, i32]
+    lib.dice_projection_chain_fits.restype = i32
+    lib.dice_projection_chain_state_bytes.restype = i32
     lib.dice_cuda_error_string.argtypes = [i32]
     lib.dice_cuda_error_string.restype = ctypes.c_char_p
     problem = _self_test(lib, torch.device("cuda", device_index))
@@ -192,6 +201,163 @@ def _launch(lib, x, weight, residual, norm_weight, eps, epilogue, shape) -> torc
     if error:
         raise RuntimeError(f"few-row projection kernel failed to launch: {lib.dice_cuda_error_string(error).decode()}")
     return out
+
+
+@dataclass(frozen=True)
+class ChainStep:
+    """One projection of a chain (project_chain): as few_row_linear's arguments; `residual` is a tensor or the
+    index of an earlier step, whose output is then added."""
+    weight: torch.Tensor
+    epilogue: str = "none"
+    norm_weight: torch.Tensor | None = None
+    eps: float = 0.0
+    residual: "torch.Tensor | int | None" = None
+
+
+class _ChainPhase(ctypes.Structure):  # few_row_linear.cu's ChainPhase
+    _fields_ = [("w", ctypes.c_void_p), ("x", ctypes.c_void_p), ("residual", ctypes.c_void_p),
+                ("norm_weight", ctypes.c_void_p), ("out", ctypes.c_void_p), ("x_stride", ctypes.c_int64),
+                ("residual_stride", ctypes.c_int64), ("out_stride", ctypes.c_int64), ("eps", ctypes.c_float),
+                ("k", ctypes.c_int), ("n_out", ctypes.c_int), ("epilogue", ctypes.c_int)]
+
+
+CHAIN_STAGE_K = 512  # few_row_linear.cu's CHAIN_STAGE_K: every K of a chain is a multiple of it
+
+
+@functools.cache
+def _chain_works(device_index: int) -> bool:
+    """Whether the chain kernel runs on this GPU (a cooperative launch fails where its SMs cannot all take a CTA,
+    e.g. under an MPS limit) and gives the few-row kernels' results; logged once where not."""
+    device = torch.device("cuda", device_index)
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def matrix(n, k):
+        return (torch.randn(n, k, device=device, generator=generator) / k ** 0.5).to(torch.bfloat16)
+
+    x, first, second = matrix(8, 512), matrix(512, 512), matrix(1024, 512)
+    norm_weight = torch.ones(512, device=device, dtype=torch.bfloat16)
+    steps = [ChainStep(first, "residual", residual=x), ChainStep(second, "silu_mul", norm_weight, 1e-6)]
+    try:
+        got = project_chain(x, steps, new_chain_state(device))[1]
+    except RuntimeError as error:
+        log.warning("projection chain kernel unavailable on GPU %d, one kernel a projection: %s", device_index, error)
+        return False
+    h = project_rows(x, first, x, None, 0.0, "residual")
+    if not torch.allclose(got.float(), project_rows(h, second, None, norm_weight, 1e-6, "silu_mul").float(),
+                          atol=3e-2, rtol=2e-2):
+        log.warning("projection chain kernel gave wrong results on GPU %d, one kernel a projection", device_index)
+        return False
+    return True
+
+
+def chain_available(device: torch.device) -> bool:
+    """Whether project_chain may be used on `device`: the few-row kernels are available and the chain kernel
+    passed its check there. Call it outside a trace (the model does, in fuse_projections)."""
+    return available(device) and _chain_works(_device_index(device))
+
+
+def new_chain_state(device: torch.device) -> torch.Tensor:
+    """Zeroed device memory for project_chain's grid barrier, kept for all launches of a chain; no two chains may
+    run on one at once. One int64: the CTAs' arrivals so far (CTAs x grid barriers passed)."""
+    lib = _library(_device_index(device))
+    if lib is None:
+        raise RuntimeError("the few-row projection kernels are unavailable on this GPU (the log says why)")
+    return torch.zeros(lib.dice_projection_chain_state_bytes() // 8, dtype=torch.int64, device=device)
+
+
+def chain_fits(rows: int, shapes: list[tuple[int, int, str]], device: torch.device) -> bool:
+    """Whether project_chain takes steps of these (weight rows, K, epilogue) at `rows` token rows on `device`: every
+    K a multiple of CHAIN_STAGE_K and at most 6144 (3072 above 8 rows: each warp holds its slices of x in
+    registers), every output a multiple of 16. The kernel source's rule, asked of it."""
+    lib = _library(_device_index(device)) if device.type == "cuda" else None
+    if lib is None:
+        return False
+    phases = (_ChainPhase * len(shapes))()
+    for index, (n, k, epilogue) in enumerate(shapes):
+        phases[index].k, phases[index].epilogue = k, EPILOGUES[epilogue]
+        phases[index].n_out = n // 2 if epilogue == "silu_mul" else n
+    return bool(lib.dice_projection_chain_fits(ctypes.addressof(phases), len(shapes), rows))
+
+
+def _chain_phases(x: torch.Tensor, steps: list[ChainStep]):
+    """The kernel's phase list for the steps on x, and the output tensors it writes."""
+    rows = x.shape[0]
+    outs, phases, source = [], (_ChainPhase * len(steps))(), x
+    for index, step in enumerate(steps):
+        n_out = step.weight.shape[0] // 2 if step.epilogue == "silu_mul" else step.weight.shape[0]
+        out = torch.empty((rows, n_out), device=x.device, dtype=x.dtype)
+        residual = outs[step.residual] if isinstance(step.residual, int) else step.residual
+        phases[index] = _ChainPhase(
+            step.weight.data_ptr(), source.data_ptr(), residual.data_ptr() if residual is not None else None,
+            step.norm_weight.data_ptr() if step.norm_weight is not None else None, out.data_ptr(),
+            source.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0), step.eps,
+            step.weight.shape[1], n_out, EPILOGUES[step.epilogue])
+        outs.append(out)
+        source = out
+    return phases, outs
+
+
+def project_chain(x: torch.Tensor, steps: list[ChainStep], state: torch.Tensor) -> list[torch.Tensor]:
+    """The steps as one persistent kernel (few_row_linear.cu, projection_chain_kernel): step 0 on x [rows, K]
+    (contiguous), every later step on the output of the one before. Returns every step's output [rows, n_out].
+    Raises RuntimeError where the launch fails (a step that does not fit, a GPU whose SMs cannot all take a CTA)."""
+    lib = _library(_device_index(x.device))
+    if lib is None:
+        raise RuntimeError("the few-row projection kernels are unavailable on this GPU (the log says why)")
+    phases, outs = _chain_phases(x, steps)
+    with torch.cuda.device(x.device):
+        error = lib.dice_projection_chain(ctypes.addressof(phases), len(steps), x.shape[0], state.data_ptr(),
+                                          int(pdl_supported(x.device)),
+                                          torch.cuda.current_stream(x.device).cuda_stream)
+    if error:
+        raise RuntimeError(f"projection chain failed to launch: {lib.dice_cuda_error_string(error).decode()}")
+    return outs
+
+
+def layer_tail_applies(attention: torch.Tensor, o_weight: torch.Tensor, gate_up_weight: torch.Tensor,
+                       down_weight: torch.Tensor, next_qkv_weight: torch.Tensor) -> bool:
+    """Whether layer_tail runs as the chain kernel: allowed, the few-row kernels apply and the chain fits."""
+    rows = attention.shape[:-1].numel()
+    return (CHAIN_ENABLED and applies(attention, o_weight) and all(
+                weight.dtype == torch.bfloat16 and weight.is_contiguous()
+                for weight in (gate_up_weight, down_weight, next_qkv_weight))
+            and chain_fits(rows, [(w.shape[0], w.shape[1], e) for w, e in (
+                (o_weight, "residual"), (gate_up_weight, "silu_mul"), (down_weight, "residual"),
+                (next_qkv_weight, "none"))], attention.device))
+
+
+# Declared free of mutation although the kernel advances `state`: nothing but the chain kernel reads it, and a
+# declared mutation makes a compiled graph copy it back after every call (a kernel launch a layer).
+@torch.library.custom_op("dice::layer_tail", mutates_args=())
+def layer_tail(attention: torch.Tensor, residual: torch.Tensor, o_weight: torch.Tensor, mlp_norm_weight: torch.Tensor,
+               gate_up_weight: torch.Tensor, down_weight: torch.Tensor, next_qkv_weight: torch.Tensor,
+               next_norm_weight: torch.Tensor, eps: float, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decoder layer from its attention output [..., Hq * D] (before o_proj) to its output, and the next layer's
+    q/k/v: o_proj + residual, RMSNorm + gate/up + SiLU·up, down_proj + residual (of o_proj's output), then the next
+    layer's RMSNorm + q/k/v. Returns (the layer's output [..., H], the next q/k/v). As one persistent chain kernel
+    (project_chain, with `state` from new_chain_state, one for each layer) where layer_tail_applies, else as
+    few_row_linear's ops one at a time (the same function up to rounding)."""
+    if layer_tail_applies(attention, o_weight, gate_up_weight, down_weight, next_qkv_weight):
+        lead = residual.shape[:-1]
+        x = attention.reshape(-1, attention.shape[-1])
+        if x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
+            x = x.contiguous()
+        steps = [ChainStep(o_weight, "residual", residual=residual.reshape(-1, residual.shape[-1]).contiguous()),
+                 ChainStep(gate_up_weight, "silu_mul", mlp_norm_weight, eps),
+                 ChainStep(down_weight, "residual", residual=0),
+                 ChainStep(next_qkv_weight, "none", next_norm_weight, eps)]
+        outs = project_chain(x, steps, state)
+        return outs[2].view(*lead, -1), outs[3].view(*lead, -1)
+    h = few_row_linear(attention, o_weight, residual, None, 0.0, "residual")
+    gated = few_row_linear(h, gate_up_weight, None, mlp_norm_weight, eps, "silu_mul")
+    out = few_row_linear(gated, down_weight, h, None, 0.0, "residual")
+    return out, few_row_linear(out, next_qkv_weight, None, next_norm_weight, eps, "none")
+
+
+@layer_tail.register_fake
+def _(attention, residual, o_weight, mlp_norm_weight, gate_up_weight, down_weight, next_qkv_weight, next_norm_weight,
+      eps, state):
+    return residual.new_empty(residual.shape), residual.new_empty((*residual.shape[:-1], next_qkv_weight.shape[0]))
 
 
 @torch.library.custom_op("dice::few_row_linear", mutates_args=())

@@ -219,17 +219,20 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.qkv = None  # FusedLinear over q/k/v once fuse_projections() ran
 
-    def forward(self, x, norm: RMSNorm, cos, sin, position_ids, attn_mask, kv_cache: KVCache | None):
+    def forward(self, x, norm: RMSNorm, cos, sin, position_ids, attn_mask, kv_cache: KVCache | None,
+                qkv: torch.Tensor | None = None, project_out: bool = True):
         """x + attention over norm(x): the layer's norm and residual add are here so that few-row projection
-        kernels can fuse them (the norm into q/k/v, the add into o_proj)."""
+        kernels can fuse them (the norm into q/k/v, the add into o_proj). qkv: the fused q/k/v of norm(x), where
+        the layer before computed it (layer_tail); project_out=False: the attention output before o_proj."""
         b, q_len, _ = x.shape
         residual = x
         fused = self.qkv is not None and not torch.is_grad_enabled()
-        if fused and few_row_linear.applies(x, self.qkv.weight, self.qkv.bias, norm.weight):
-            qkv = torch.ops.dice.few_row_linear(x, self.qkv.weight, None, norm.weight, norm.eps, "none")
-        else:
-            x = norm(x)
-            qkv = self.qkv.unsplit(x) if fused else None
+        if qkv is None:
+            if fused and few_row_linear.applies(x, self.qkv.weight, self.qkv.bias, norm.weight):
+                qkv = torch.ops.dice.few_row_linear(x, self.qkv.weight, None, norm.weight, norm.eps, "none")
+            else:
+                x = norm(x)
+                qkv = self.qkv.unsplit(x) if fused else None
         if fused and isinstance(kv_cache, KVCache) and FUSED_ROTARY_CACHE:  # (not a prefill's writer)
             q = torch.ops.dice.qk_norm_rotary_cache(
                 qkv, self.q_norm.weight, self.k_norm.weight, cos, sin, position_ids,
@@ -259,6 +262,8 @@ class Attention(nn.Module):
                 enable_gqa=self.n_heads != self.n_kv_heads,
             )
         out = out.transpose(1, 2).reshape(b, q_len, -1)
+        if not project_out:
+            return out
         if fused and few_row_linear.applies(out, self.o_proj.weight, self.o_proj.bias):
             return torch.ops.dice.few_row_linear(out, self.o_proj.weight, residual, None, 0.0, "residual")
         return residual + self.o_proj(out)
@@ -329,10 +334,22 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.chain_state = None  # few_row_linear.new_chain_state() once fuse_projections() ran on a GPU
 
-    def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache):
-        x = self.self_attn(x, self.input_layernorm, cos, sin, position_ids, attn_mask, kv_cache)
+    def forward(self, x, cos, sin, position_ids, attn_mask, kv_cache, qkv=None):
+        x = self.self_attn(x, self.input_layernorm, cos, sin, position_ids, attn_mask, kv_cache, qkv)
         return self.mlp(x, self.post_attention_layernorm)
+
+    def forward_chained(self, x, qkv, next_layer: "DecoderLayer", cos, sin, position_ids, attn_mask, kv_cache):
+        """forward() and the next layer's q/k/v (of its norm of this layer's output), with everything after
+        attention as one op (few_row_linear.layer_tail): returns (output, next q/k/v)."""
+        attention = self.self_attn(x, self.input_layernorm, cos, sin, position_ids, attn_mask, kv_cache, qkv,
+                                   project_out=False)
+        norm = self.post_attention_layernorm
+        return torch.ops.dice.layer_tail(
+            attention, x, self.self_attn.o_proj.weight, norm.weight, self.mlp.gate_up.weight,
+            self.mlp.down_proj.weight, next_layer.self_attn.qkv.weight, next_layer.input_layernorm.weight, norm.eps,
+            self.chain_state)
 
 
 class DiceBackbone(nn.Module):
@@ -368,13 +385,26 @@ class DiceForBlockDiffusion(nn.Module):
             if mlp.gate_up is None:
                 mlp.gate_up = FusedLinear([mlp.gate_proj, mlp.up_proj])
         weight = self.lm_head.weight
-        if weight.is_cuda and weight.dtype == torch.bfloat16:
-            few_row_linear.available(weight.device)  # builds and checks the few-row kernels now, not inside a trace
+        # Builds and checks the kernels now, not inside a trace; a grid-barrier state for each chained layer.
+        if weight.is_cuda and weight.dtype == torch.bfloat16 and few_row_linear.chain_available(weight.device):
+            for layer in self.model.layers[:-1]:
+                if layer.chain_state is None:
+                    layer.chain_state = few_row_linear.new_chain_state(weight.device)
 
     def _apply(self, fn, *args, **kwargs):
         for layer in self.model.layers:
-            layer.self_attn.qkv = layer.mlp.gate_up = None
+            layer.self_attn.qkv = layer.mlp.gate_up = layer.chain_state = None
         return super()._apply(fn, *args, **kwargs)
+
+    def _chains_layers(self, x: torch.Tensor, kv_cache) -> bool:
+        """Whether this pass runs each layer but the last with layer_tail: a decoding pass (a KV cache, no autograd)
+        over fused projections, with chain states (fuse_projections on a GPU) and the few-row kernels taking its
+        rows."""
+        layers = self.model.layers
+        return (isinstance(kv_cache, KVCache) and not torch.is_grad_enabled()
+                and all(layer.chain_state is not None for layer in layers[:-1]) and len(layers) > 1
+                and few_row_linear.applies(x, layers[0].self_attn.qkv.weight, layers[0].self_attn.qkv.bias,
+                                           layers[0].input_layernorm.weight))
 
     def _init_weights(self, module):
         # Qwen3's initializer_range; only matters for models trained from scratch.
@@ -403,11 +433,15 @@ class DiceForBlockDiffusion(nn.Module):
             raise ValueError("with a KV cache the attention mask must be a boolean tensor [B, 1, Q, attended slots]")
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.model.rotary_emb(position_ids, x.dtype)
-        for layer in self.model.layers:
+        layers = self.model.layers
+        chained, qkv = self._chains_layers(x, kv_cache), None
+        for index, layer in enumerate(layers):
             if self.gradient_checkpointing and self.training:
                 x = checkpoint(layer, x, cos, sin, position_ids, attn_mask, kv_cache, use_reentrant=False)
+            elif chained and index + 1 < len(layers):
+                x, qkv = layer.forward_chained(x, qkv, layers[index + 1], cos, sin, position_ids, attn_mask, kv_cache)
             else:
-                x = layer(x, cos, sin, position_ids, attn_mask, kv_cache)
+                x, qkv = layer(x, cos, sin, position_ids, attn_mask, kv_cache, qkv), None
         if logits_slice is not None:
             x = x[:, logits_slice]
         return self.lm_head(self.model.norm(x))

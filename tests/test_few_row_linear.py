@@ -46,6 +46,23 @@ def test_the_op_passes_torchs_custom_op_checks():
     torch.library.opcheck(torch.ops.dice.few_row_linear.default, (x, weight, None, norm_weight, EPS, "silu_mul"))
 
 
+def test_layer_tail_on_a_cpu_is_the_layers_arithmetic_and_passes_torchs_custom_op_checks():
+    torch.manual_seed(0)
+    hidden, intermediate, n_qkv = 64, 96, 128
+    attention, residual = torch.randn(2, 3, hidden), torch.randn(2, 3, hidden)
+    o, gate_up = torch.randn(hidden, hidden), torch.randn(2 * intermediate, hidden)
+    down, qkv = torch.randn(hidden, intermediate), torch.randn(n_qkv, hidden)
+    mlp_norm, next_norm = torch.rand(hidden) + 0.5, torch.rand(hidden) + 0.5
+    args = (attention, residual, o, mlp_norm, gate_up, down, qkv, next_norm, EPS, torch.zeros(1, dtype=torch.int64))
+    out, next_qkv = torch.ops.dice.layer_tail(*args)
+    h = residual + F.linear(attention, o)
+    y = F.linear(network.rms_norm(h, mlp_norm, EPS), gate_up)
+    want = h + F.linear(F.silu(y[..., :intermediate]) * y[..., intermediate:], down)
+    assert torch.equal(out, want)
+    assert torch.equal(next_qkv, F.linear(network.rms_norm(want, next_norm, EPS), qkv))
+    torch.library.opcheck(torch.ops.dice.layer_tail.default, args)
+
+
 def test_a_cpu_model_never_takes_the_kernels():
     x, weight = torch.randn(1, 8, 64, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16)
     assert not few_row_linear.applies(x, weight)
@@ -121,6 +138,65 @@ def test_the_kernel_matches_the_torch_ops(epilogue, norm, rows, n, k):
     torch.testing.assert_close(got[0].float(), want, atol=3e-2, rtol=2e-2)
 
 
+def layer_chain(hidden: int, intermediate: int, rows: int):
+    """A layer's projections from its attention output (o_proj + residual, norm + gate/up + SiLU·up, down_proj +
+    residual of o_proj's output, norm + the next q/k/v) as chain steps, with x and the residual."""
+    def matrix(n, k):
+        return (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
+
+    def norm():
+        return (torch.rand(hidden, device="cuda") + 0.5).to(torch.bfloat16)
+
+    step = few_row_linear.ChainStep
+    residual = (torch.randn(rows, hidden, device="cuda") * torch.logspace(-1, 1, rows, device="cuda")[:, None])
+    steps = [step(matrix(hidden, hidden), "residual", residual=residual.to(torch.bfloat16)),
+             step(matrix(2 * intermediate, hidden), "silu_mul", norm(), EPS),
+             step(matrix(hidden, intermediate), "residual", residual=0),
+             step(matrix(2 * hidden, hidden), "none", norm(), EPS)]
+    return torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16), steps
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 16])
+@pytest.mark.parametrize("hidden,intermediate", [(2048, 6144), (512, 1536)])
+def test_a_projection_chain_matches_the_torch_ops_step_by_step(rows, hidden, intermediate):
+    torch.manual_seed(0)
+    x, steps = layer_chain(hidden, intermediate, rows)
+    state = few_row_linear.new_chain_state(x.device)
+    shapes = [(step.weight.shape[0], step.weight.shape[1], step.epilogue) for step in steps]
+    if rows > 8 and intermediate == 6144:  # each warp's slices of x at K = 6144 do not fit its registers at 16 rows
+        assert not few_row_linear.chain_fits(rows, shapes, x.device)
+        with pytest.raises(RuntimeError, match="chain failed to launch"):
+            few_row_linear.project_chain(x, steps, state)
+        return
+    assert few_row_linear.chain_fits(rows, shapes, x.device)
+    for _ in range(2):  # the state is left ready: a second launch runs as the first
+        outs = few_row_linear.project_chain(x, steps, state)
+    torch.cuda.synchronize()
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    assert state.tolist() == [2 * (len(steps) - 1) * sms]  # every CTA arrived at every grid barrier of both launches
+    inputs, residuals = [x, *outs[:-1]], [steps[0].residual, None, outs[0], None]
+    for index, (step, step_x, residual, got) in enumerate(zip(steps, inputs, residuals, outs)):
+        want = reference(step_x, step.weight, residual, step.norm_weight, step.epilogue)
+        torch.testing.assert_close(got.float(), want, atol=3e-2, rtol=2e-2, msg=f"step {index} ({step.epilogue})")
+
+
+@pytest.mark.gpu
+def test_a_projection_chain_runs_in_a_cuda_graph_as_it_runs_alone():
+    torch.manual_seed(0)
+    x, steps = layer_chain(512, 1536, 8)
+    state = few_row_linear.new_chain_state(x.device)
+    eager = few_row_linear.project_chain(x, steps, state)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = few_row_linear.project_chain(x, steps, state)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(captured, eager):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fault", ["wrong results", "launch error"])
 def test_kernels_that_fail_their_self_test_are_not_used(monkeypatch, caplog, fault):
@@ -143,8 +219,9 @@ def test_more_rows_than_the_kernels_take_go_to_the_torch_path():
 
 
 def bf16_model():
-    config = DiceConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
+    """Small, but every K a multiple of the chain kernel's 512: its layers but the last run as layer_tail chains."""
+    config = DiceConfig(vocab_size=512, hidden_size=512, intermediate_size=1024, num_hidden_layers=3,
+                        num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
                         mask_token_id=511)
     torch.manual_seed(0)
     model = network.DiceForBlockDiffusion(config).eval().to("cuda", torch.bfloat16)
@@ -168,8 +245,14 @@ def test_a_model_with_the_kernels_gives_the_logits_of_the_torch_path_compiled_an
     monkeypatch.setattr(few_row_linear, "ENABLED", False)
     want = forward(model)
     monkeypatch.setattr(few_row_linear, "ENABLED", True)
+    monkeypatch.setattr(few_row_linear, "CHAIN_ENABLED", False)
+    kernels = forward(model)
+    torch.testing.assert_close(kernels, want, atol=5e-2, rtol=5e-2)
+    monkeypatch.setattr(few_row_linear, "CHAIN_ENABLED", True)
     eager = forward(model)
     torch.testing.assert_close(eager, want, atol=5e-2, rtol=5e-2)
+    # The chain kernel ran for every layer but the last: their grid barriers were passed.
+    assert all(layer.chain_state.item() > 0 for layer in model.model.layers[:-1])
     compiled = torch.compile(model, dynamic=True)
     forward(compiled)  # compile and warm up outside the capture
     graph = torch.cuda.CUDAGraph()

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from dice_copilot.model import checkpoint
 from dice_copilot.model.config import DiceConfig
 from dice_copilot.model.masks import block_causal_mask
-from dice_copilot.model.network import DiceForBlockDiffusion, KVCache, small_query_attention
+from dice_copilot.model.network import DecoderLayer, DiceForBlockDiffusion, KVCache, small_query_attention
 from dice_copilot.model.tokenizer import DiceTokenizer
 
 from model_helpers import write_tokenizer
@@ -117,6 +117,35 @@ def filled_cache(config, seed=2):
     for buffer in cache.k + cache.v:
         buffer.copy_(torch.randn(buffer.shape, generator=g))
     return cache
+
+
+def test_layers_chained_through_layer_tail_give_the_logits_and_cache_of_one_layer_at_a_time(monkeypatch):
+    """The decoding path that hands each layer's output and the next layer's q/k/v over as dice::layer_tail (its
+    torch implementation here; the chain kernel on a GPU) computes what the layers do one at a time, bit for bit."""
+    model = tiny_model()
+    model.fuse_projections()
+    want_cache = filled_cache(model.config)
+    want = cached_step(model, want_cache)
+    for layer in model.model.layers[:-1]:
+        layer.chain_state = torch.zeros(1, dtype=torch.int64)
+    monkeypatch.setattr(DiceForBlockDiffusion, "_chains_layers", lambda self, x, kv_cache: True)
+    chained = []
+    forward_chained = DecoderLayer.forward_chained
+    monkeypatch.setattr(DecoderLayer, "forward_chained",
+                        lambda layer, *args: chained.append(layer) or forward_chained(layer, *args))
+    got_cache = filled_cache(model.config)
+    got = cached_step(model, got_cache)
+    assert chained == list(model.model.layers[:-1])
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, b) for a, b in zip(got_cache.k + got_cache.v, want_cache.k + want_cache.v))
+
+
+def test_a_cpu_model_does_not_chain_its_layers():
+    model = tiny_model()
+    model.fuse_projections()
+    cache = filled_cache(model.config)
+    assert all(layer.chain_state is None for layer in model.model.layers)
+    assert not model._chains_layers(torch.zeros(2, 8, model.config.hidden_size), cache)
 
 
 @pytest.mark.parametrize("bias", [False, True])
