@@ -1,6 +1,7 @@
 """The few-row projection op (model/few_row_linear): its torch arithmetic, the CUDA source's build, and on a GPU
 the kernels against the torch ops, alone, in a model, compiled and graph-captured."""
 
+import functools
 import shutil
 
 import pytest
@@ -208,6 +209,23 @@ def test_kernels_that_fail_their_self_test_are_not_used(monkeypatch, caplog, fau
     monkeypatch.setattr(few_row_linear, "_launch", broken_launch)
     assert few_row_linear._library.__wrapped__(torch.cuda.current_device()) is None  # uncached: built again
     assert "failed their self-test" in caplog.text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fault", ["wrong results", "launch error"])
+def test_a_chain_kernel_that_fails_its_check_leaves_the_model_on_one_kernel_a_projection(monkeypatch, caplog, fault):
+    def broken_chain(x, steps, state):
+        if fault == "launch error":  # as where an MPS limit leaves too few SMs for the cooperative launch
+            raise RuntimeError("projection chain failed to launch: too many blocks in cooperative launch")
+        return [torch.zeros(x.shape[0], step.weight.shape[0] // (2 if step.epilogue == "silu_mul" else 1),
+                            device=x.device, dtype=x.dtype) for step in steps]
+
+    monkeypatch.setattr(few_row_linear, "project_chain", broken_chain)
+    monkeypatch.setattr(few_row_linear, "_chain_works", functools.cache(few_row_linear._chain_works.__wrapped__))
+    model = bf16_model()
+    assert few_row_linear.available(torch.device("cuda"))  # the few-row kernels themselves stay in use
+    assert all(layer.chain_state is None for layer in model.model.layers)
+    assert "projection chain kernel" in caplog.text
 
 
 @pytest.mark.gpu
