@@ -103,15 +103,18 @@ def kernels_layer(layer: dict, attention: torch.Tensor, residual: torch.Tensor, 
 
 
 def chain_main(config: DiceConfig, bandwidth: float, rows: int) -> dict:
+    """--chain: the chain's outputs against the kernels', then µs a layer for each way of running the layers."""
     eps = config.rms_norm_eps
     layers = [layer_weights(config) for _ in range(LAYERS)]
     attention = torch.randn(rows, config.num_attention_heads * config.head_dim, device="cuda",
                             dtype=torch.bfloat16)
     residual = torch.randn(rows, config.hidden_size, device="cuda", dtype=torch.bfloat16)
-    def states():  # one for each chain (project_chain)
-        return [few_row_linear.new_chain_state(torch.device("cuda")) for _ in layers]
 
-    layer_states, three_states, all_layers_state = states(), states(), states()[0]
+    def new_state():  # one for each chain (project_chain)
+        return few_row_linear.new_chain_state(torch.device("cuda"))
+
+    layer_states, three_states = [new_state() for _ in layers], [new_state() for _ in layers]
+    all_layers_state = new_state()
     results = {"rows": rows, "checks": []}
     expected = kernels_layer(layers[0], attention, residual, eps)
     got = few_row_linear.project_chain(attention, chain_steps(layers[0], residual, eps), layer_states[0])
