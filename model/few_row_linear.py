@@ -123,6 +123,27 @@ def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+def _loaded_library(device: torch.device):
+    """_library for `device`; RuntimeError where the kernels are unavailable."""
+    lib = _library(_device_index(device))
+    if lib is None:
+        raise RuntimeError("the few-row projection kernels are unavailable on this GPU (the log says why)")
+    return lib
+
+
+def _outputs(weight_rows: int, epilogue: str) -> int:
+    """A projection's outputs: SiLU·up halves the [gate; up] rows."""
+    return weight_rows // 2 if epilogue == "silu_mul" else weight_rows
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """x [..., K] as the kernels read it: 2-D rows, a contiguous last dimension, 16-byte aligned (copied if not)."""
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.stride(-1) != 1 or rows.stride(0) % 8 or rows.data_ptr() % 16:
+        rows = rows.contiguous()
+    return rows
+
+
 # Evaluated once while torch.compile traces (never traced into: the build and ctypes would break the graph); the
 # model calls it before (fuse_projections), so that the build and self-test never run inside a trace.
 @torch.compiler.assume_constant_result
@@ -171,23 +192,20 @@ def project_rows(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor |
                  shape: tuple[int, int] | None = None) -> torch.Tensor:
     """The kernel itself on 2-D x [rows, K] (last dim contiguous); `shape` overrides launch_shape (benchmarks
     sweep it). Returns out [rows, n_out]."""
-    n_out = weight.shape[0] // 2 if epilogue == "silu_mul" else weight.shape[0]
+    n_out = _outputs(weight.shape[0], epilogue)
     tiles, warps = shape = shape or launch_shape(n_out, x.shape[1], epilogue, norm_weight is not None)
     if not shape_fits(shape, n_out, epilogue, norm_weight is not None):
         raise ValueError(f"launch shape {tiles} tiles x {warps} warps does not fit {n_out} outputs")
     if x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16 or not weight.is_contiguous() \
             or weight.data_ptr() % 16 or (norm_weight is not None and norm_weight.data_ptr() % 16):
         raise ValueError("few-row projection needs 16-byte aligned rows with a contiguous last dimension")
-    lib = _library(_device_index(x.device))
-    if lib is None:
-        raise RuntimeError("the few-row projection kernels are unavailable on this GPU (the log says why)")
-    return _launch(lib, x, weight, residual, norm_weight, eps, epilogue, (tiles, warps))
+    return _launch(_loaded_library(x.device), x, weight, residual, norm_weight, eps, epilogue, (tiles, warps))
 
 
 def _launch(lib, x, weight, residual, norm_weight, eps, epilogue, shape) -> torch.Tensor:
     """Launches the kernel for checked arguments on x's current stream."""
     rows, k = x.shape
-    n_out = weight.shape[0] // 2 if epilogue == "silu_mul" else weight.shape[0]
+    n_out = _outputs(weight.shape[0], epilogue)
     out = torch.empty((rows, n_out), device=x.device, dtype=x.dtype)
     if residual is not None and residual.stride(-1) != 1:
         residual = residual.contiguous()
@@ -219,9 +237,6 @@ class _ChainPhase(ctypes.Structure):  # few_row_linear.cu's ChainPhase
                 ("norm_weight", ctypes.c_void_p), ("out", ctypes.c_void_p), ("x_stride", ctypes.c_int64),
                 ("residual_stride", ctypes.c_int64), ("out_stride", ctypes.c_int64), ("eps", ctypes.c_float),
                 ("k", ctypes.c_int), ("n_out", ctypes.c_int), ("epilogue", ctypes.c_int)]
-
-
-CHAIN_STAGE_K = 512  # few_row_linear.cu's CHAIN_STAGE_K: every K of a chain is a multiple of it
 
 
 @functools.cache
@@ -259,15 +274,13 @@ def chain_available(device: torch.device) -> bool:
 def new_chain_state(device: torch.device) -> torch.Tensor:
     """Zeroed device memory for project_chain's grid barrier, kept for all launches of a chain; no two chains may
     run on one at once. One int64: the CTAs' arrivals so far (CTAs x grid barriers passed)."""
-    lib = _library(_device_index(device))
-    if lib is None:
-        raise RuntimeError("the few-row projection kernels are unavailable on this GPU (the log says why)")
-    return torch.zeros(lib.dice_projection_chain_state_bytes() // 8, dtype=torch.int64, device=device)
+    size = _loaded_library(device).dice_projection_chain_state_bytes() // 8
+    return torch.zeros(size, dtype=torch.int64, device=device)
 
 
 def chain_fits(rows: int, shapes: list[tuple[int, int, str]], device: torch.device) -> bool:
     """Whether project_chain takes steps of these (weight rows, K, epilogue) at `rows` token rows on `device`: every
-    K a multiple of CHAIN_STAGE_K and at most 6144 (3072 above 8 rows: each warp holds its slices of x in
+    K a multiple of 512 and at most 6144 (3072 above 8 rows: each warp holds its slices of x in
     registers), every output a multiple of 16. The kernel source's rule, asked of it."""
     lib = _library(_device_index(device)) if device.type == "cuda" else None
     if lib is None:
@@ -275,7 +288,7 @@ def chain_fits(rows: int, shapes: list[tuple[int, int, str]], device: torch.devi
     phases = (_ChainPhase * len(shapes))()
     for index, (n, k, epilogue) in enumerate(shapes):
         phases[index].k, phases[index].epilogue = k, EPILOGUES[epilogue]
-        phases[index].n_out = n // 2 if epilogue == "silu_mul" else n
+        phases[index].n_out = _outputs(n, epilogue)
     return bool(lib.dice_projection_chain_fits(ctypes.addressof(phases), len(shapes), rows))
 
 
@@ -284,7 +297,7 @@ def _chain_phases(x: torch.Tensor, steps: list[ChainStep]):
     rows = x.shape[0]
     outs, phases, source = [], (_ChainPhase * len(steps))(), x
     for index, step in enumerate(steps):
-        n_out = step.weight.shape[0] // 2 if step.epilogue == "silu_mul" else step.weight.shape[0]
+        n_out = _outputs(step.weight.shape[0], step.epilogue)
         out = torch.empty((rows, n_out), device=x.device, dtype=x.dtype)
         residual = outs[step.residual] if isinstance(step.residual, int) else step.residual
         phases[index] = _ChainPhase(
@@ -301,9 +314,7 @@ def project_chain(x: torch.Tensor, steps: list[ChainStep], state: torch.Tensor) 
     """The steps as one persistent kernel (few_row_linear.cu, projection_chain_kernel): step 0 on x [rows, K]
     (contiguous), every later step on the output of the one before. Returns every step's output [rows, n_out].
     Raises RuntimeError where the launch fails (a step that does not fit, a GPU whose SMs cannot all take a CTA)."""
-    lib = _library(_device_index(x.device))
-    if lib is None:
-        raise RuntimeError("the few-row projection kernels are unavailable on this GPU (the log says why)")
+    lib = _loaded_library(x.device)
     phases, outs = _chain_phases(x, steps)
     with torch.cuda.device(x.device):
         error = lib.dice_projection_chain(ctypes.addressof(phases), len(steps), x.shape[0], state.data_ptr(),
@@ -339,14 +350,11 @@ def layer_tail(attention: torch.Tensor, residual: torch.Tensor, o_weight: torch.
     few_row_linear's ops one at a time (the same function up to rounding)."""
     if layer_tail_applies(attention, o_weight, gate_up_weight, down_weight, next_qkv_weight):
         lead = residual.shape[:-1]
-        x = attention.reshape(-1, attention.shape[-1])
-        if x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
-            x = x.contiguous()
         steps = [ChainStep(o_weight, "residual", residual=residual.reshape(-1, residual.shape[-1]).contiguous()),
                  ChainStep(gate_up_weight, "silu_mul", mlp_norm_weight, eps),
                  ChainStep(down_weight, "residual", residual=0),
                  ChainStep(next_qkv_weight, "none", next_norm_weight, eps)]
-        outs = project_chain(x, steps, state)
+        outs = project_chain(_rows(attention), steps, state)
         return outs[2].view(*lead, -1), outs[3].view(*lead, -1)
     h = few_row_linear(attention, o_weight, residual, None, 0.0, "residual")
     gated = few_row_linear(h, gate_up_weight, None, mlp_norm_weight, eps, "silu_mul")
@@ -370,11 +378,8 @@ def few_row_linear(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor
     torch ops as Qwen3 does. The kernels where `applies`, torch ops elsewhere."""
     if applies(x, weight, None, norm_weight):
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, x.shape[-1])
-        if x2.stride(-1) != 1 or x2.stride(0) % 8 or x2.data_ptr() % 16:
-            x2 = x2.contiguous()
         res2 = residual.reshape(-1, residual.shape[-1]) if residual is not None else None
-        out = project_rows(x2, weight, res2, norm_weight, eps, epilogue)
+        out = project_rows(_rows(x), weight, res2, norm_weight, eps, epilogue)
         return out.view(*lead, out.shape[-1])
     return torch_projection(x, weight, residual, norm_weight, eps, epilogue)
 
@@ -395,5 +400,4 @@ def torch_projection(x, weight, residual, norm_weight, eps, epilogue) -> torch.T
 
 @few_row_linear.register_fake
 def _(x, weight, residual, norm_weight, eps, epilogue):
-    n = weight.shape[0] // 2 if epilogue == "silu_mul" else weight.shape[0]
-    return x.new_empty((*x.shape[:-1], n))
+    return x.new_empty((*x.shape[:-1], _outputs(weight.shape[0], epilogue)))
