@@ -62,6 +62,17 @@ __device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
+// Accumulator element e of an m16n8k16 mma's lane: its fragment row (a weight row of the tile) and its token in
+// 8-token column j.
+__device__ __forceinline__ int fragment_row(int lane, int e) { return (lane >> 2) + (e >= 2 ? 8 : 0); }
+__device__ __forceinline__ int fragment_token(int lane, int e, int j) { return j * 8 + 2 * (lane & 3) + (e & 1); }
+
+// SiLU·up as the unfused model: gate and up rounded to bf16, SiLU·up in fp32, rounded once.
+__device__ __forceinline__ __nv_bfloat16 silu_mul(float gate, float up) {
+  gate = round_bf16(gate);
+  return __float2bfloat16(gate / (1.f + __expf(-gate)) * round_bf16(up));
+}
+
 // x * weight for 8 bf16 packed in a uint4 (the mma operand), adding x's squares (fp32) to sum_squares.
 __device__ __forceinline__ uint4 scale_by_norm_weight(uint4 x, uint4 weight, float& sum_squares) {
   uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ws[4] = {weight.x, weight.y, weight.z, weight.w}, out[4];
@@ -215,9 +226,9 @@ __global__ void __launch_bounds__(WARPS * 32) few_row_linear_kernel(
   for (int index = threadIdx.x; index < TILES * NT * 32 * PAIRS; index += WARPS * 32) {
     const int e = index % PAIRS, src_lane = index / PAIRS % 32, j = index / PAIRS / 32 % NT;
     const int i = index / PAIRS / 32 / NT;
-    const int token = j * 8 + 2 * (src_lane & 3) + (e & 1);
+    const int token = fragment_token(src_lane, e, j);
     if (token >= rows) continue;
-    const int r = (src_lane >> 2) + (e >= 2 ? 8 : 0);
+    const int r = fragment_row(src_lane, e);
     const float scale = NORM ? token_scale[token] : 1.f;
     float y = 0.f;
 #pragma unroll
@@ -228,10 +239,8 @@ __global__ void __launch_bounds__(WARPS * 32) few_row_linear_kernel(
 #pragma unroll
       for (int s = 0; s < WARPS; ++s) up += partial[s][i][j][src_lane][e + 2];
       up *= scale;
-      // As the unfused model: gate and up rounded to bf16, SiLU·up in fp32, rounded once.
-      const float gate = round_bf16(y);
       const int feature = (first_tile + i) * 8 + r;
-      out[token * out_stride + feature] = __float2bfloat16(gate / (1.f + __expf(-gate)) * round_bf16(up));
+      out[token * out_stride + feature] = silu_mul(y, up);
     } else {
       const int feature = (first_tile + i) * 16 + r;
       float value = round_bf16(y);
@@ -441,8 +450,8 @@ __device__ __forceinline__ EpilogueItem epilogue_item(const ChainPhase& phase, i
   item.e = index % pairs;
   item.src_lane = index / pairs % 32;
   item.j = index / pairs / 32;
-  item.r = (item.src_lane >> 2) + (item.e >= 2 ? 8 : 0);
-  item.token = item.j * 8 + 2 * (item.src_lane & 3) + (item.e & 1);
+  item.r = fragment_row(item.src_lane, item.e);
+  item.token = fragment_token(item.src_lane, item.e, item.j);
   item.active = index < NT * 32 * pairs && item.token < rows;
   return item;
 }
@@ -464,9 +473,7 @@ __device__ __forceinline__ void chain_epilogue(const ChainPhase& phase, int tile
 #pragma unroll
     for (int s = 0; s < CHAIN_CONSUMER_WARPS; ++s) up += partial[s][item.j][item.src_lane][item.e + 2];
     up *= scale;
-    const float gate = round_bf16(y);
-    phase.out[item.token * phase.out_stride + tile * 8 + item.r] =
-        __float2bfloat16(gate / (1.f + __expf(-gate)) * round_bf16(up));
+    phase.out[item.token * phase.out_stride + tile * 8 + item.r] = silu_mul(y, up);
   } else {
     phase.out[item.token * phase.out_stride + tile * 16 + item.r] = __float2bfloat16(round_bf16(y) + residual);
   }
