@@ -11,7 +11,7 @@ import json
 
 import torch
 
-from dice_copilot.model.engine import commit_quota, descending_rank
+from dice_copilot.model.engine import choose_commits, commit_quota, descending_rank
 
 
 def sorted_rank(values: torch.Tensor) -> torch.Tensor:
@@ -19,13 +19,12 @@ def sorted_rank(values: torch.Tensor) -> torch.Tensor:
     return values.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
 
 
-def commit_step(rank_fn):
-    """The commit choice of one pass (as engine.choose_commits with the 'dynamic' strategy) using rank_fn."""
+def commit_step(rank_by):
+    """The commit choice of one pass (engine.choose_commits with the 'dynamic' strategy) ranking with rank_by."""
     def step(confidence, is_masked, block_masked, step_in_block, threshold):
         confidence = confidence.masked_fill(~is_masked, float("-inf"))
         quota = commit_quota(block_masked, step_in_block, 4, is_masked)
-        commit = (rank_fn(confidence) < quota[:, None]) & is_masked
-        return commit | ((confidence > threshold) & is_masked)
+        return choose_commits("dynamic", confidence, is_masked, quota, threshold, rank_by)
     return torch.compile(step, dynamic=True)
 
 

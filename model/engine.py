@@ -474,12 +474,13 @@ def descending_rank(values: torch.Tensor) -> torch.Tensor:
     return rank
 
 
-def choose_commits(strategy, confidence, is_masked, quota, threshold) -> torch.Tensor:
-    """Which masked positions [B, size] to commit this step."""
+def choose_commits(strategy, confidence, is_masked, quota, threshold, rank_by=descending_rank) -> torch.Tensor:
+    """Which masked positions [B, size] to commit this step. rank_by: the confidence ranking (another one only
+    for bench/commit_rank.py's baseline)."""
     if strategy == "sequential":
         rank = is_masked.long().cumsum(1) - 1  # masked positions ranked left to right (the others never commit)
     else:
-        rank = descending_rank(confidence)
+        rank = rank_by(confidence)
     commit = (rank < quota[:, None]) & is_masked
     if strategy == "dynamic":
         commit |= (confidence > threshold) & is_masked
