@@ -664,7 +664,7 @@ cudaError_t launch_chain(const ChainPhase* phases, int n_phases, int rows, Chain
   if (error == cudaSuccess) error = cudaFuncGetAttributes(&attributes, kernel);
   if (error != cudaSuccess) return error;
   // As many ring stages as fit beside the two partial tiles.
-  const int partial_bytes = 2 * CHAIN_CONSUMER_WARPS * NT * 32 * 4 * 4;
+  const int partial_bytes = 2 * sizeof(float[CHAIN_CONSUMER_WARPS][NT][32][4]);
   int n_stages = (max_shared - (int)attributes.sharedSizeBytes - partial_bytes) / CHAIN_STAGE_BYTES;
   n_stages = n_stages > CHAIN_MAX_STAGES ? CHAIN_MAX_STAGES : n_stages;
   if (n_stages < 2) return cudaErrorInvalidValue;

@@ -217,7 +217,7 @@ def test_a_chain_kernel_that_fails_its_check_leaves_the_model_on_one_kernel_a_pr
     def broken_chain(x, steps, state):
         if fault == "launch error":  # as where an MPS limit leaves too few SMs for the cooperative launch
             raise RuntimeError("projection chain failed to launch: too many blocks in cooperative launch")
-        return [torch.zeros(x.shape[0], step.weight.shape[0] // (2 if step.epilogue == "silu_mul" else 1),
+        return [torch.zeros(x.shape[0], few_row_linear._outputs(step.weight.shape[0], step.epilogue),
                             device=x.device, dtype=x.dtype) for step in steps]
 
     monkeypatch.setattr(few_row_linear, "project_chain", broken_chain)
