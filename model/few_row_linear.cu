@@ -577,6 +577,9 @@ template <int NT, int MAX_PHASES>
 __global__ void __launch_bounds__(CHAIN_THREADS, 1)
     projection_chain_kernel(const __grid_constant__ ChainProgram<MAX_PHASES> program, int rows, int n_stages,
                             ChainState* state) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // bulk copies and mbarrier waits need Hopper; chain_available checks the GPU (few_row_linear.py)
+#else
   extern __shared__ __align__(128) char shared[];
   __shared__ uint64_t stage_full[CHAIN_MAX_STAGES], stage_free[CHAIN_MAX_STAGES];
   __shared__ float token_scale[16], warp_squares[CHAIN_CONSUMER_WARPS * 16];
@@ -643,6 +646,7 @@ __global__ void __launch_bounds__(CHAIN_THREADS, 1)
     consumers_sync();  // token_scale and warp_squares are rewritten by the next projection
   }
   if (program.n_phases == 1) let_next_kernel_launch();
+#endif
 }
 
 template <int NT, int MAX_PHASES>

@@ -6,7 +6,8 @@ The kernels are built with nvcc for the GPU in use the first time they are neede
 (DICE_KERNEL_CACHE, default ~/.cache/dice-copilot/kernels), loaded with ctypes and checked by one small launch; a
 process without nvcc, or where the build or that check fails, logs why once and keeps the torch path (`available`
 is False). DICE_FEW_ROW_LINEAR=0 turns the kernels off. On a CPU (and for shapes the kernels do not take) the op is
-the same arithmetic in torch ops.
+the same arithmetic in torch ops. The kernels need an Ampere GPU or newer; the layer chain kernel (layer_tail) needs a
+Hopper, and elsewhere each projection runs as its own kernel.
 """
 
 import ctypes
@@ -265,10 +266,17 @@ def _chain_works(device_index: int) -> bool:
     return True
 
 
+def _chain_supported(device: torch.device) -> bool:
+    """Whether `device` can run the chain kernel at all: its bulk copies and mbarrier waits need Hopper (compute
+    capability 9.0); built for an older GPU, its body is a trap, which would end the CUDA context."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
 def chain_available(device: torch.device) -> bool:
-    """Whether project_chain may be used on `device`: the few-row kernels are available and the chain kernel
-    passed its check there. Call it outside a trace (the model does, in fuse_projections)."""
-    return available(device) and _chain_works(_device_index(device))
+    """Whether project_chain may be used on `device`: the few-row kernels are available, the GPU is a Hopper or
+    newer and the chain kernel passed its check there. Call it outside a trace (the model does, in
+    fuse_projections)."""
+    return available(device) and _chain_supported(device) and _chain_works(_device_index(device))
 
 
 def new_chain_state(device: torch.device) -> torch.Tensor:
@@ -279,10 +287,11 @@ def new_chain_state(device: torch.device) -> torch.Tensor:
 
 
 def chain_fits(rows: int, shapes: list[tuple[int, int, str]], device: torch.device) -> bool:
-    """Whether project_chain takes steps of these (weight rows, K, epilogue) at `rows` token rows on `device`: every
+    """Whether project_chain takes steps of these (weight rows, K, epilogue) at `rows` token rows on `device` (a
+    Hopper or newer GPU): every
     K a multiple of 512 and at most 6144 (3072 above 8 rows: each warp holds its slices of x in
     registers), every output a multiple of 16. The kernel source's rule, asked of it."""
-    lib = _library(_device_index(device)) if device.type == "cuda" else None
+    lib = _library(_device_index(device)) if _chain_supported(device) else None
     if lib is None:
         return False
     phases = (_ChainPhase * len(shapes))()
@@ -313,7 +322,10 @@ def _chain_phases(x: torch.Tensor, steps: list[ChainStep]):
 def project_chain(x: torch.Tensor, steps: list[ChainStep], state: torch.Tensor) -> list[torch.Tensor]:
     """The steps as one persistent kernel (few_row_linear.cu, projection_chain_kernel): step 0 on x [rows, K]
     (contiguous), every later step on the output of the one before. Returns every step's output [rows, n_out].
-    Raises RuntimeError where the launch fails (a step that does not fit, a GPU whose SMs cannot all take a CTA)."""
+    Raises RuntimeError where the launch fails (a step that does not fit, a GPU whose SMs cannot all take a CTA,
+    a GPU older than Hopper)."""
+    if not _chain_supported(x.device):
+        raise RuntimeError("the projection chain kernel needs a GPU of compute capability 9.0 or newer")
     lib = _loaded_library(x.device)
     phases, outs = _chain_phases(x, steps)
     with torch.cuda.device(x.device):

@@ -97,6 +97,15 @@ def test_the_kernel_source_builds_once_and_exports_its_entry_points(tmp_path, mo
     assert lib.dice_few_row_linear and lib.dice_cuda_error_string
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_kernel_source_builds_for_an_ampere_gpu_without_the_hopper_chain_kernel(tmp_path, monkeypatch):
+    import ctypes
+
+    monkeypatch.setenv("DICE_KERNEL_CACHE", str(tmp_path))
+    lib = ctypes.CDLL(str(few_row_linear.build("80")))  # the chain kernel's bulk copies are Hopper-only PTX
+    assert lib.dice_few_row_linear and lib.dice_projection_chain
+
+
 def test_a_failing_build_reports_nvccs_messages(tmp_path, monkeypatch):
     fake_nvcc = tmp_path / "nvcc"
     fake_nvcc.write_text("#!/bin/sh\necho 'few_row_linear.cu(1): error: something broke' >&2\nexit 1\n")
@@ -226,6 +235,19 @@ def test_a_chain_kernel_that_fails_its_check_leaves_the_model_on_one_kernel_a_pr
     assert few_row_linear.available(torch.device("cuda"))  # the few-row kernels themselves stay in use
     assert all(layer.chain_state is None for layer in model.model.layers)
     assert "projection chain kernel" in caplog.text
+
+
+@pytest.mark.gpu
+def test_a_gpu_older_than_hopper_keeps_the_few_row_kernels_but_never_launches_the_chain(monkeypatch):
+    device = torch.device("cuda")
+    assert few_row_linear.available(device) and few_row_linear.chain_available(device)  # loaded before the patch
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 9))
+    assert few_row_linear.available(device) and not few_row_linear.chain_available(device)
+    assert not few_row_linear.chain_fits(8, [(512, 512, "none")], device)
+    x = torch.randn(8, 512, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(512, 512, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="compute capability 9.0"):
+        few_row_linear.project_chain(x, [few_row_linear.ChainStep(weight)], few_row_linear.new_chain_state(device))
 
 
 @pytest.mark.gpu
