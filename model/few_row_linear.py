@@ -288,9 +288,8 @@ def new_chain_state(device: torch.device) -> torch.Tensor:
 
 def chain_fits(rows: int, shapes: list[tuple[int, int, str]], device: torch.device) -> bool:
     """Whether project_chain takes steps of these (weight rows, K, epilogue) at `rows` token rows on `device` (a
-    Hopper or newer GPU): every
-    K a multiple of 512 and at most 6144 (3072 above 8 rows: each warp holds its slices of x in
-    registers), every output a multiple of 16. The kernel source's rule, asked of it."""
+    Hopper or newer GPU): every K a multiple of 512 and at most 6144 (3072 above 8 rows: each warp holds its slices
+    of x in registers), every output a multiple of 16. The kernel source's rule, asked of it."""
     lib = _library(_device_index(device)) if _chain_supported(device) else None
     if lib is None:
         return False
