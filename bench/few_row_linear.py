@@ -85,11 +85,9 @@ def chain_steps(layer: dict, residual: torch.Tensor, eps: float, with_qkv: bool 
     """A layer from its attention output: o_proj + residual, norm + gate/up + SiLU·up, down_proj + residual (of
     o_proj's output), then (with_qkv) the next layer's norm + q/k/v; the next layer's weights stand in as this
     layer's."""
-    step = few_row_linear.ChainStep
-    steps = [step(layer["o"], "residual", residual=residual),
-             step(layer["gate_up"], "silu_mul", layer["mlp_norm"], eps),
-             step(layer["down"], "residual", residual=0)]
-    return steps + [step(layer["qkv"], "none", layer["attention_norm"], eps)] if with_qkv else steps
+    steps = few_row_linear.layer_tail_steps(residual, layer["o"], layer["mlp_norm"], layer["gate_up"], layer["down"],
+                                            layer["qkv"], layer["attention_norm"], eps)
+    return steps if with_qkv else steps[:3]
 
 
 def kernels_layer(layer: dict, attention: torch.Tensor, residual: torch.Tensor, eps: float,

@@ -307,7 +307,6 @@ cudaError_t launch_shape(int tiles, int warps, const Arguments& a) {
   return cudaErrorInvalidValue;
 }
 
-
 // ---- A chain of projections as one persistent kernel ----
 //
 // Between two projections of a layer the weight stream stops: the next kernel's CTAs start and load only as the
@@ -733,7 +732,6 @@ int dice_projection_chain(const void* phases, int n_phases, int rows, void* stat
 }
 
 int dice_projection_chain_state_bytes() { return sizeof(ChainState); }
-
 
 // Whether dice_projection_chain takes these phases at `rows` token rows (K a multiple of 512 and, at more than 8
 // rows, at most 3072: x is held in registers; outputs a multiple of 16).

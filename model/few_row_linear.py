@@ -348,6 +348,17 @@ def layer_tail_applies(attention: torch.Tensor, o_weight: torch.Tensor, gate_up_
                 (next_qkv_weight, "none"))], attention.device))
 
 
+def layer_tail_steps(residual: torch.Tensor, o_weight: torch.Tensor, mlp_norm_weight: torch.Tensor,
+                     gate_up_weight: torch.Tensor, down_weight: torch.Tensor, next_qkv_weight: torch.Tensor,
+                     next_norm_weight: torch.Tensor, eps: float) -> list[ChainStep]:
+    """layer_tail's projections as chain steps on the attention output: o_proj + residual [rows, H], RMSNorm +
+    gate/up + SiLU·up, down_proj + residual (o_proj's output), then the next layer's RMSNorm + q/k/v."""
+    return [ChainStep(o_weight, "residual", residual=residual),
+            ChainStep(gate_up_weight, "silu_mul", mlp_norm_weight, eps),
+            ChainStep(down_weight, "residual", residual=0),
+            ChainStep(next_qkv_weight, "none", next_norm_weight, eps)]
+
+
 # Declared free of mutation although the kernel advances `state`: nothing but the chain kernel reads it, and a
 # declared mutation makes a compiled graph copy it back after every call (a kernel launch a layer).
 @torch.library.custom_op("dice::layer_tail", mutates_args=())
@@ -361,10 +372,8 @@ def layer_tail(attention: torch.Tensor, residual: torch.Tensor, o_weight: torch.
     few_row_linear's ops one at a time (the same function up to rounding)."""
     if layer_tail_applies(attention, o_weight, gate_up_weight, down_weight, next_qkv_weight):
         lead = residual.shape[:-1]
-        steps = [ChainStep(o_weight, "residual", residual=residual.reshape(-1, residual.shape[-1]).contiguous()),
-                 ChainStep(gate_up_weight, "silu_mul", mlp_norm_weight, eps),
-                 ChainStep(down_weight, "residual", residual=0),
-                 ChainStep(next_qkv_weight, "none", next_norm_weight, eps)]
+        steps = layer_tail_steps(residual.reshape(-1, residual.shape[-1]).contiguous(), o_weight, mlp_norm_weight,
+                                 gate_up_weight, down_weight, next_qkv_weight, next_norm_weight, eps)
         outs = project_chain(_rows(attention), steps, state)
         return outs[2].view(*lead, -1), outs[3].view(*lead, -1)
     h = few_row_linear(attention, o_weight, residual, None, 0.0, "residual")

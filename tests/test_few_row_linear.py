@@ -157,12 +157,11 @@ def layer_chain(hidden: int, intermediate: int, rows: int):
     def norm():
         return (torch.rand(hidden, device="cuda") + 0.5).to(torch.bfloat16)
 
-    step = few_row_linear.ChainStep
     residual = (torch.randn(rows, hidden, device="cuda") * torch.logspace(-1, 1, rows, device="cuda")[:, None])
-    steps = [step(matrix(hidden, hidden), "residual", residual=residual.to(torch.bfloat16)),
-             step(matrix(2 * intermediate, hidden), "silu_mul", norm(), EPS),
-             step(matrix(hidden, intermediate), "residual", residual=0),
-             step(matrix(2 * hidden, hidden), "none", norm(), EPS)]
+    o, gate_up, mlp_norm = matrix(hidden, hidden), matrix(2 * intermediate, hidden), norm()
+    down, qkv, next_norm = matrix(hidden, intermediate), matrix(2 * hidden, hidden), norm()
+    steps = few_row_linear.layer_tail_steps(residual.to(torch.bfloat16), o, mlp_norm, gate_up, down, qkv, next_norm,
+                                            EPS)
     return torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16), steps
 
 
