@@ -14,6 +14,7 @@ read as given (any boolean [B, 1, Q, K] mask), so the result is the same functio
 
 import functools
 import math
+import os
 
 import torch
 import triton
@@ -44,13 +45,26 @@ def pdl_launch(pdl: bool) -> dict:
     return {"launch_pdl": True} if pdl else {}
 
 
+# The tile and merge kernels let the next kernel launch before their own wait (LAUNCH_NEXT_FIRST): the merge
+# kernel's programs, then the next layer's chain kernel (few_row_linear), are resident while the tile kernel runs,
+# so the chain's weight stream starts a kernel earlier. Batch-1 forward on the H200: 1.480 ms against 1.493, and
+# 1.495 against 1.505 in another command (BENCHMARKS.md, decode run 19). The rotary kernel waits first: letting it
+# go first as well launched the chain while the layer before was still running, and lost (1.547 ms).
+# DICE_ATTENTION_LAUNCH_NEXT_FIRST=0 turns it off.
+LAUNCH_NEXT_FIRST = os.environ.get("DICE_ATTENTION_LAUNCH_NEXT_FIRST", "1") != "0"
+
+
 @triton.jit
-def _follow_previous_kernel(PDL: tl.constexpr):
-    """With PDL: wait until the kernel before has finished (its writes visible), then let the next one launch.
-    Called first, before anything is read."""
+def _follow_previous_kernel(PDL: tl.constexpr, NEXT_FIRST: tl.constexpr):
+    """With PDL: wait until the kernel before has finished (its writes visible), and let the next one launch (before
+    the wait with NEXT_FIRST, after it otherwise). Called first, before anything is read."""
     if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        if NEXT_FIRST:
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
+        else:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
 
 
 def keys_per_program(n_keys: int, n_heads_total: int) -> int:
@@ -66,8 +80,8 @@ def _tile_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr,
                  n_keys, n_tiles, scale,
                  sq_b, sq_h, sq_q, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sm_b, sm_q, sm_n,
                  N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, N_QUERIES: tl.constexpr, ROWS: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
-    _follow_previous_kernel(PDL)
+                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr, NEXT_FIRST: tl.constexpr):
+    _follow_previous_kernel(PDL, NEXT_FIRST)
     tile = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // N_KV_HEADS
@@ -106,8 +120,8 @@ def _tile_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr,
 def _merge_kernel(acc_ptr, max_ptr, sum_ptr, out_ptr, n_tiles,
                   so_b, so_h, so_q, so_d,
                   N_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, N_QUERIES: tl.constexpr, ROWS: tl.constexpr,
-                  HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr):
-    _follow_previous_kernel(PDL)
+                  HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr, NEXT_FIRST: tl.constexpr):
+    _follow_previous_kernel(PDL, NEXT_FIRST)
     row = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // N_KV_HEADS
@@ -163,12 +177,12 @@ def few_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
         q, k, v, mask, acc, maxes, sums, n_keys, n_tiles, 1.0 / math.sqrt(head_dim),
         *q.stride(), *k.stride(), *v.stride(), mask.stride(0), mask.stride(2), mask.stride(3),
         N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim,
-        BLOCK_N=tile_keys, PDL=pdl, **pdl_launch(pdl),
+        BLOCK_N=tile_keys, PDL=pdl, NEXT_FIRST=LAUNCH_NEXT_FIRST, **pdl_launch(pdl),
     )
     _merge_kernel[(group * n_queries, b * n_kv_heads)](
         acc, maxes, sums, out, n_tiles, *out.stride(),
         N_KV_HEADS=n_kv_heads, GROUP=group, N_QUERIES=n_queries, ROWS=rows, HEAD_DIM=head_dim, CHUNK=MERGE_CHUNK,
-        PDL=pdl, **pdl_launch(pdl),
+        PDL=pdl, NEXT_FIRST=LAUNCH_NEXT_FIRST, **pdl_launch(pdl),
     )
     return out
 
@@ -186,7 +200,7 @@ def _qk_norm_rotary_cache_kernel(qkv_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, s
                                  sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
                                  N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                                  PDL: tl.constexpr):
-    _follow_previous_kernel(PDL)
+    _follow_previous_kernel(PDL, False)
     row = tl.program_id(0)  # one query token of one batch row
     head = tl.program_id(1)  # q heads, then k heads, then v heads, as laid out in the fused projection
     b = row // n_queries
