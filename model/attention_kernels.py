@@ -47,9 +47,10 @@ def pdl_launch(pdl: bool) -> dict:
 
 # The tile and merge kernels let the next kernel launch before their own wait (LAUNCH_NEXT_FIRST): the merge
 # kernel's programs, then the next layer's chain kernel (few_row_linear), are resident while the tile kernel runs,
-# so the chain's weight stream starts a kernel earlier. Batch-1 forward on the H200: 1.480 ms against 1.493, and
-# 1.495 against 1.505 in another command (BENCHMARKS.md, decode run 19). The rotary kernel waits first: letting it
-# go first as well launched the chain while the layer before was still running, and lost (1.547 ms).
+# so the chain's weight stream starts a kernel earlier. Batch-1 forward on the H200, alternated with the old order in
+# four commands: 1.480 / 1.495 / 1.487 / 1.514 ms against 1.493 / 1.505 / 1.504 / 1.517 (BENCHMARKS.md, decode run
+# 19). The rotary kernel waits first: letting it go first as well launched the chain while the layer before was
+# still running, and lost (1.547 ms).
 # DICE_ATTENTION_LAUNCH_NEXT_FIRST=0 turns it off.
 LAUNCH_NEXT_FIRST = os.environ.get("DICE_ATTENTION_LAUNCH_NEXT_FIRST", "1") != "0"
 
