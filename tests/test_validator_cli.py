@@ -6,10 +6,11 @@ import json
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 
-from dice_copilot.validator import Budget, ValidatorPool, commands
+from dice_copilot.validator import Budget, ValidatorPool, commands, worker
 
 REFERENCE = textwrap.dedent('''
     import torch
@@ -148,9 +149,11 @@ HALF_CANDIDATES = {
 
 
 @pytest.mark.slow
-def test_scaled_input_trials_excuse_only_the_references_own_rounding():
-    # A fixed seed: whether the scaled trials push the precise candidate past atol depends on the inputs (with a
-    # fresh seed per verdict, 2 of 40 seeds kept it within atol, so the excuse went untested and the check failed).
+def test_scaled_input_trials_excuse_only_the_references_own_rounding(monkeypatch):
+    # Fixed inputs: whether the scaled trials push the precise candidate past atol depends on them (with fresh ones
+    # per verdict, 2 of 40 kept it within atol, so the excuse went untested and the check failed). The inputs come
+    # from the job's seed and the worker's secret, so both are fixed; a fixed seed alone failed 1 run in 11.
+    monkeypatch.setattr(worker, "secrets", types.SimpleNamespace(token_hex=lambda n: "5eed" * (n // 2)))
     budget = Budget(call_timeout_s=5, timing=False, seed=0)
     reference = HALF_MODULE.replace("HALF_FORWARD", HALF_REFERENCE_FORWARD)
     candidate = HALF_MODULE.replace("class Model(", "class ModelNew(")  # the same module, another forward
