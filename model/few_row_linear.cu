@@ -420,7 +420,9 @@ __device__ __forceinline__ void consumers_sync() {
 // All consumer threads of all CTAs; what any of them wrote before is visible (to L2 loads) to all after. One
 // release atomic and then polling: under a full weight stream every L2 round trip takes about a microsecond, and a
 // barrier that also read a generation, fenced and released a reset took 2.6-4.8 us from the last arrival to the
-// first release (BENCHMARKS.md, decode run 16).
+// first release (BENCHMARKS.md, decode run 16). The release and acquire are about 0.075 ms of a batch-1 forward
+// (relaxed, a probe that is not correct, took 1.456 ms against 1.531); a correct version without them, readers
+// polling sentinel-filled scratch rows, was 0.22 ms slower for a cause not found (run 20, `exp/sentinel-scratch`).
 __device__ void grid_barrier(ChainState* state, unsigned n_ctas) {
   consumers_sync();
   if (threadIdx.x == 0) {
