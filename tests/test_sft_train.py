@@ -72,17 +72,17 @@ def test_resume_after_an_interruption_matches_an_uninterrupted_run(tmp_path, tok
     straight = train_sft(tiny_sft_config(tmp_path / "a", kernels_file, tokenizer_dir, **settings))
 
     interrupted = tiny_sft_config(tmp_path / "b", kernels_file, tokenizer_dir, **settings)
-    log_step = sft._RunLogger.log_step
+    log_step = sft.RunLogger.log_step
 
-    def crash_at_step_5(self, step, **values):
+    def crash_at_step_5(self, step, postfix, **values):
         if step == 5:
             raise KeyboardInterrupt
-        log_step(self, step, **values)
+        log_step(self, step, postfix, **values)
 
-    monkeypatch.setattr(sft._RunLogger, "log_step", crash_at_step_5)
+    monkeypatch.setattr(sft.RunLogger, "log_step", crash_at_step_5)
     with pytest.raises(KeyboardInterrupt):
         train_sft(interrupted)
-    monkeypatch.setattr(sft._RunLogger, "log_step", log_step)
+    monkeypatch.setattr(sft.RunLogger, "log_step", log_step)
     resumed = train_sft(interrupted)
 
     assert resumed.losses == straight.losses

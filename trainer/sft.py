@@ -232,7 +232,7 @@ class TrainerState:
     config: dict = field(default_factory=dict)
 
 
-def _make_accelerator(config: SFTConfig):
+def make_accelerator(config: SFTConfig):
     from accelerate import Accelerator
 
     # Without CUDA, processes started by torchrun/accelerate form a gloo (CPU) group: how the tests exercise DDP.
@@ -261,13 +261,13 @@ def fsdp_mixed_precision_policy(config: SFTConfig, fsdp_version: int):
     return MixedPrecisionPolicy(param_dtype=gather, reduce_dtype=reduce, output_dtype=gather)
 
 
-def _attention_backend(config: SFTConfig, device: torch.device) -> str:
+def attention_backend(config: SFTConfig, device: torch.device) -> str:
     if config.attention_backend != "auto":
         return config.attention_backend
     return "flex" if device.type == "cuda" and config.compile else "dense"
 
 
-def _latest_state(output_dir: Path) -> Path | None:
+def latest_state(output_dir: Path) -> Path | None:
     states = sorted((output_dir / STATE_DIR).glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
     complete = [p for p in states if (p / TRAINER_STATE_FILE).is_file()]
     return complete[-1] if complete else None
@@ -276,7 +276,7 @@ def _latest_state(output_dir: Path) -> Path | None:
 def train_sft(config: SFTConfig) -> SFTResult:
     """Run SFT as configured (in this process; under `accelerate launch` in each of its processes)."""
     check_train_files(config.train_files)
-    accelerator = _make_accelerator(config)
+    accelerator = make_accelerator(config)
     model, tokenizer = build_model_and_tokenizer(config)
     samples, stats = load_sft_samples(
         config.train_files, tokenizer, model.config.block_size, model.config.pad_token_id, config.seq_len
@@ -295,12 +295,12 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
                  save_outputs: bool = True) -> SFTResult:
     """The optimizer loop over a model and tokenized samples. Benchmarks call it directly with
     `save_outputs=False`: no resumable states, no HF checkpoint, no loss curve (tokenizer may then be None)."""
-    accelerator = accelerator or _make_accelerator(config)
+    accelerator = accelerator or make_accelerator(config)
     output_dir = Path(config.output_dir)
     model_config = model.config
     world, rank = accelerator.num_processes, accelerator.process_index
     device = accelerator.device
-    build_mask = FlexMaskBuilder() if _attention_backend(config, device) == "flex" else dense_diffusion_mask
+    build_mask = FlexMaskBuilder() if attention_backend(config, device) == "flex" else dense_diffusion_mask
 
     stream = RowStream(samples, config.seq_len, config.packing, config.seed)
     global_rows = config.per_device_batch_size * config.grad_accum * world
@@ -328,7 +328,7 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
     accelerator.register_for_checkpointing(scheduler)
 
     state = TrainerState(global_rows=global_rows, config=asdict(config))
-    latest = _latest_state(output_dir) if config.resume else None
+    latest = latest_state(output_dir) if config.resume else None
     if latest is not None:
         accelerator.load_state(str(latest))
         saved = json.loads((latest / TRAINER_STATE_FILE).read_text())
@@ -341,7 +341,7 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
                       f"training continues at row {state.step * global_rows} of the data stream, which is not an "
                       f"exact resume", file=sys.stderr)
 
-    logger = _RunLogger(config, output_dir, accelerator.is_main_process, state.step, total_steps)
+    logger = RunLogger(config, output_dir, accelerator.is_main_process, state.step, total_steps, "sft")
     peak = device_peak_flops(config, device)
     first_step = state.step
     result = SFTResult(steps=state.step, final_loss=float("nan"), checkpoint_dir=None,
@@ -389,15 +389,20 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
             result.step_times.append(elapsed)
             result.tokens_per_step.append(int(real_tokens))
             result.flops_per_step.append(flops)
+            tokens_per_s = real_tokens / elapsed
+            mfu = None if peak is None else flops / (elapsed * peak * world)
+            postfix = {"loss": f"{loss:.4f}", "tok/s": f"{tokens_per_s:.0f}"}
+            if mfu is not None:
+                postfix["mfu"] = f"{100 * mfu:.1f}%"
             logger.log_step(
-                state.step, loss=loss, lr=scheduler.get_last_lr()[0],
+                state.step, postfix, loss=loss, lr=scheduler.get_last_lr()[0],
                 grad_norm=None if grad_norm is None else float(grad_norm),
-                masked_fraction=masked_total / answer_tokens, tokens_per_s=real_tokens / elapsed,
-                mfu=None if peak is None else flops / (elapsed * peak * world), epoch=stream.epoch_of(first_row),
+                masked_fraction=masked_total / answer_tokens, tokens_per_s=tokens_per_s, mfu=mfu,
+                epoch=stream.epoch_of(first_row),
             )
             periodic = config.save_every_steps and state.step % config.save_every_steps == 0
             if save_outputs and (periodic or state.step == total_steps):
-                _save(accelerator, model, tokenizer, state, config, output_dir)
+                save_run(accelerator, model, tokenizer, state, config, output_dir)
     finally:
         logger.close()
     result.steps = state.step
@@ -410,7 +415,7 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
     return result
 
 
-def _save(accelerator, model, tokenizer, state: TrainerState, config: SFTConfig, output_dir: Path) -> None:
+def save_run(accelerator, model, tokenizer, state: TrainerState, config: SFTConfig, output_dir: Path) -> None:
     """Write the HF checkpoint the server loads (checkpoint/, replaced atomically by `dice_copilot.model.save`),
     then the resumable state (state/step-N, written to a temp folder and renamed when complete)."""
     states = output_dir / STATE_DIR
@@ -453,10 +458,11 @@ def export_model(model_config, state_dict: dict[str, torch.Tensor], dtype_name: 
     return exported.eval()
 
 
-class _RunLogger:
-    """Progress bar, metrics.jsonl and TensorBoard scalars (main process only)."""
+class RunLogger:
+    """Progress bar, metrics.jsonl and TensorBoard scalars (main process only) of a training run (SFT or RL: the
+    config's log_every_steps, tensorboard and progress_bar)."""
 
-    def __init__(self, config: SFTConfig, output_dir: Path, is_main: bool, first_step: int, total_steps: int):
+    def __init__(self, config, output_dir: Path, is_main: bool, first_step: int, total_steps: int, name: str):
         self.config = config
         self.active = is_main
         self.writer = None
@@ -472,15 +478,13 @@ class _RunLogger:
         if config.progress_bar:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total_steps, initial=first_step, desc="sft", unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=total_steps, initial=first_step, desc=name, unit="step", dynamic_ncols=True)
 
-    def log_step(self, step: int, **values) -> None:
+    def log_step(self, step: int, postfix: dict[str, str], **values) -> None:
+        """One step: `postfix` for the progress bar, `values` (None ones left out) for the logs."""
         if not self.active:
             return
         if self.bar is not None:
-            postfix = {"loss": f"{values['loss']:.4f}", "tok/s": f"{values['tokens_per_s']:.0f}"}
-            if values["mfu"] is not None:
-                postfix["mfu"] = f"{100 * values['mfu']:.1f}%"
             self.bar.set_postfix(postfix, refresh=False)
             self.bar.update(1)
         if step % self.config.log_every_steps == 0 or step == 1:
@@ -502,8 +506,9 @@ class _RunLogger:
         self.metrics.close()
 
 
-def write_loss_curve(losses: list[list[float]], path: Path) -> Path | None:
-    """Plot loss per step (and a moving average) to a PNG."""
+def write_loss_curve(losses: list[list[float]], path: Path, label: str = "loss",
+                     ylabel: str = "diffusion loss (CE / p per answer token)", log_scale: bool = True) -> Path | None:
+    """Plot a value per step (and a moving average) to a PNG: the loss of SFT, the mean reward of RL."""
     if not losses:
         return None
     import matplotlib
@@ -517,12 +522,13 @@ def write_loss_curve(losses: list[list[float]], path: Path) -> Path | None:
     smooth = [sum(values[max(0, i - window + 1): i + 1]) / len(values[max(0, i - window + 1): i + 1])
               for i in range(len(values))]
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.plot(steps, values, alpha=0.35, label="loss")
+    ax.plot(steps, values, alpha=0.35, label=label)
     if window > 1:
         ax.plot(steps, smooth, label=f"moving average ({window} steps)")
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("diffusion loss (CE / p per answer token)")
-    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    if log_scale:
+        ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

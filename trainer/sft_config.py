@@ -7,10 +7,11 @@ not fit dropped, lr 1e-5 constant with 3% warmup, 3 epochs, bf16.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .config_files import config_from_dict, read_config_values
 
 SCHEDULES = ("constant_with_warmup", "cosine", "linear")
 MIXED_PRECISION = ("bf16", "fp16", "no")
@@ -161,60 +162,13 @@ class SFTConfig:
 
 def sft_config_from_dict(values: dict[str, Any], source: str = "config") -> SFTConfig:
     """Build an SFTConfig from a mapping, rejecting unknown keys with the list of known ones."""
-    known = {f.name for f in dataclasses.fields(SFTConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise SFTConfigError(f"{source}: unknown SFT config key(s) {unknown}; known keys: {sorted(known)}")
-    try:
-        return SFTConfig(**values)
-    except TypeError as err:
-        raise SFTConfigError(f"{source}: {err}") from err
-
-
-# Fields holding paths, resolved against the config file's folder.
-_PATH_FIELDS = ("tokenizer", "output_dir")
+    return config_from_dict(SFTConfig, values, "SFT", SFTConfigError, source)
 
 
 def load_sft_config(path: str | Path, **overrides) -> SFTConfig:
     """Read a TOML (.toml) or YAML (.yaml/.yml) file over the defaults; relative paths are taken from the file's
     folder (`model` too when that folder holds it). `overrides` (e.g. from the command line) win over the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise SFTConfigError(f"SFT config file {path} does not exist")
-    values = _parse_config_file(path)
-    if not isinstance(values, dict):
-        raise SFTConfigError(f"{path} must hold a table of SFT config keys, not {type(values).__name__}")
-    base = path.parent
-    for name in _PATH_FIELDS:
-        if isinstance(values.get(name), str):
-            values[name] = str(_resolve(base, values[name]))
-    if isinstance(values.get("train_files"), str):
-        values["train_files"] = [values["train_files"]]
-    if isinstance(values.get("train_files"), list):
-        values["train_files"] = [str(_resolve(base, p)) for p in values["train_files"]]
-    if isinstance(values.get("model"), str) and (base / values["model"]).exists():
-        values["model"] = str(_resolve(base, values["model"]))
+    values = read_config_values(path, "SFT", SFTConfigError, path_fields=("tokenizer", "output_dir"),
+                                path_list_fields=("train_files",))
     values.update(overrides)
     return sft_config_from_dict(values, source=str(path))
-
-
-def _parse_config_file(path: Path) -> Any:
-    suffix = path.suffix.lower()
-    if suffix == ".toml":
-        try:
-            return tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise SFTConfigError(f"cannot parse {path} as TOML: {err}") from err
-    if suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            return yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise SFTConfigError(f"cannot parse {path} as YAML: {err}") from err
-    raise SFTConfigError(f"SFT config file {path} must end in .toml, .yaml or .yml")
-
-
-def _resolve(base: Path, value: str) -> Path:
-    p = Path(value).expanduser()
-    return p if p.is_absolute() else (base / p)

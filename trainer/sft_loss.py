@@ -78,32 +78,47 @@ def add_noise(
     return NoisedBatch(noisy_ids, masked, mask_prob.to(device))
 
 
-def _visible(segments: torch.Tensor, blocks: torch.Tensor, b, q, kv, half: int):
-    """May query q attend to key kv in row b of the 2L layout? Works elementwise on broadcast index tensors, so
-    the same rule builds the dense mask and serves as the flex-attention mask_mod."""
+# `copies` value of a clean token in a layout; noisy tokens carry the index (>= 0) of their noisy copy.
+CLEAN = -1
+
+
+def visible(segments: torch.Tensor, copies: torch.Tensor, blocks: torch.Tensor, b, q, kv):
+    """May query q attend to key kv in row b of a layout of noisy copies and one clean copy (all [R, N])? A noisy
+    query sees its own copy's block and the clean blocks before it; a clean query sees the clean blocks up to its
+    own; tokens of different segments (packed samples) never see each other. Works elementwise on broadcast index
+    tensors, so the same rule builds the dense mask and serves as the flex-attention mask_mod."""
     same_sample = segments[b, q] == segments[b, kv]
     q_block, kv_block = blocks[b, q], blocks[b, kv]
-    q_noisy, kv_noisy = q < half, kv < half
-    noisy_query = q_noisy & ((kv_noisy & (kv_block == q_block)) | (~kv_noisy & (kv_block < q_block)))
-    clean_query = ~q_noisy & ~kv_noisy & (kv_block <= q_block)
+    q_copy, kv_copy = copies[b, q], copies[b, kv]
+    kv_clean = kv_copy == CLEAN
+    noisy_query = (q_copy != CLEAN) & (((kv_copy == q_copy) & (kv_block == q_block)) | (kv_clean & (kv_block < q_block)))
+    clean_query = (q_copy == CLEAN) & kv_clean & (kv_block <= q_block)
     return same_sample & (noisy_query | clean_query)
 
 
-def _doubled_layout(batch: CleanBatch, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _doubled_layout(batch: CleanBatch, block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(segments, copies, blocks) of [x_t ‖ x_0]: one noisy copy (0), then the clean one."""
     segments = torch.cat([batch.segment_ids, batch.segment_ids], dim=1)
     blocks = torch.div(torch.cat([batch.position_ids, batch.position_ids], dim=1), block_size, rounding_mode="floor")
-    return segments, blocks
+    half = batch.input_ids.shape[1]
+    copies = torch.full_like(segments, CLEAN)
+    copies[:, :half] = 0
+    return segments, copies, blocks
 
 
-def dense_diffusion_mask(batch: CleanBatch, block_size: int) -> torch.Tensor:
-    """Boolean mask [R, 1, 2L, 2L] (True = may attend) for SDPA; memory grows as L², so for short rows / CPU."""
-    segments, blocks = _doubled_layout(batch, block_size)
+def dense_layout_mask(segments: torch.Tensor, copies: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """Boolean mask [R, 1, N, N] (True = may attend) of a layout, for SDPA; memory grows as N²."""
     rows, total = segments.shape
     device = segments.device
     b = torch.arange(rows, device=device)[:, None, None]
     q = torch.arange(total, device=device)[None, :, None]
     kv = torch.arange(total, device=device)[None, None, :]
-    return _visible(segments, blocks, b, q, kv, total // 2)[:, None]
+    return visible(segments, copies, blocks, b, q, kv)[:, None]
+
+
+def dense_diffusion_mask(batch: CleanBatch, block_size: int) -> torch.Tensor:
+    """Boolean mask [R, 1, 2L, 2L] of [x_t ‖ x_0] for SDPA; memory grows as L², so for short rows / CPU."""
+    return dense_layout_mask(*_doubled_layout(batch, block_size))
 
 
 class FlexMaskBuilder:
@@ -114,23 +129,28 @@ class FlexMaskBuilder:
     """
 
     def __init__(self):
-        self._segments = self._blocks = self._mask_mod = None
+        self._buffers: tuple[torch.Tensor, ...] | None = None
+        self._mask_mod = None
 
     def __call__(self, batch: CleanBatch, block_size: int) -> "BlockMask":
+        return self.layout_mask(*_doubled_layout(batch, block_size))
+
+    def layout_mask(self, segments: torch.Tensor, copies: torch.Tensor, blocks: torch.Tensor) -> "BlockMask":
+        """The BlockMask of a (segments, copies, blocks) layout, as `dense_layout_mask`."""
         if create_block_mask is None:
             raise RuntimeError("this torch has no flex-attention; set attention_backend = 'dense'")
-        segments, blocks = _doubled_layout(batch, block_size)
-        if self._segments is None or self._segments.shape != segments.shape or self._segments.device != segments.device:
-            self._segments, self._blocks = segments.clone(), blocks.clone()
-            buffers, half = (self._segments, self._blocks), segments.shape[1] // 2
+        layout = (segments, copies, blocks)
+        current = self._buffers
+        if current is None or current[0].shape != segments.shape or current[0].device != segments.device:
+            buffers = tuple(t.clone() for t in layout)
 
             def mask_mod(b, h, q, kv):
-                return _visible(*buffers, b, q, kv, half)
+                return visible(*buffers, b, q, kv)
 
-            self._mask_mod = mask_mod
+            self._buffers, self._mask_mod = buffers, mask_mod
         else:
-            self._segments.copy_(segments)
-            self._blocks.copy_(blocks)
+            for buffer, values in zip(current, layout):
+                buffer.copy_(values)
         rows, total = segments.shape
         return create_block_mask(
             self._mask_mod, B=rows, H=None, Q_LEN=total, KV_LEN=total, device=segments.device,
