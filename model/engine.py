@@ -902,6 +902,13 @@ class BlockDiffusionEngine:
         cache = KVCache(self.config, plan.slots, capacity, self.device, self.dtype)
         return SlotBuffers(cache, self.config.block_size, self.config.mask_token_id)
 
+    def release_cache(self) -> None:
+        """Frees the kept buffers and the graphs captured on them; the next call allocates and captures anew (an RL
+        trainer hands that memory to its optimizer steps between rollouts)."""
+        if self._kept is not None:
+            self.runner.release(self._kept.cache)
+            self._kept = None
+
     def keep_slots(self, buffers: SlotBuffers) -> None:
         """Keep one set of buffers (the latest) with its graphs for reuse; an older kept one is released."""
         if self._kept is not None and self._kept is not buffers:

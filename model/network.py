@@ -419,9 +419,11 @@ class DiceForBlockDiffusion(nn.Module):
         position_ids: torch.Tensor,
         attn_mask=None,
         kv_cache: KVCache | None = None,
-        logits_slice: slice | None = None,
+        logits_slice: slice | torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Logits [B, Q', V] for the query tokens (Q' = those in `logits_slice`, all by default).
+        """Logits [B, Q', V] for the query tokens (Q' = those in `logits_slice`, all by default). A boolean
+        `logits_slice` [B, Q] picks positions row by row instead, giving [N, V] for its N true entries (the LM head
+        then runs on those alone: an RL row needs the logits of a few targets among many tokens).
 
         attn_mask: bool [B,1,Q,K] (True = attend) or a flex-attention BlockMask. Default: block-causal over
         `position_ids` (and over the cache slots 0..kv_cache.length-1 when a cache is given).
@@ -442,6 +444,8 @@ class DiceForBlockDiffusion(nn.Module):
                 x, qkv = layer.forward_chained(x, qkv, layers[index + 1], cos, sin, position_ids, attn_mask, kv_cache)
             else:
                 x, qkv = layer(x, cos, sin, position_ids, attn_mask, kv_cache, qkv), None
-        if logits_slice is not None:
+        if isinstance(logits_slice, torch.Tensor):
+            x = x[logits_slice]
+        elif logits_slice is not None:
             x = x[:, logits_slice]
         return self.lm_head(self.model.norm(x))

@@ -7,6 +7,7 @@ import importlib
 TRAIN_MODULES = [
     "dice_copilot.trainer.tokenizer_training",
     "dice_copilot.trainer.sft",
+    "dice_copilot.trainer.rl",
     "dice_copilot.trainer.cuke.commands",
 ]
 

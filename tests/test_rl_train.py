@@ -1,0 +1,197 @@
+"""BiC-RL runs on the CPU: the policy learns a reward, an interrupted run resumes exactly, the command writes what the
+server loads, bad set-ups are actionable errors, the shipped stage configs parse."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from sft_helpers import make_tokenizer, write_jsonl
+
+from dice_copilot.model import load
+from dice_copilot.model.prompts import infill_prompt
+from dice_copilot.trainer import rl, sft
+from dice_copilot.trainer.rl import RLError, run_rl, train_rl
+from dice_copilot.trainer.rl_config import RLConfig, RLConfigError, load_rl_config
+from dice_copilot.trainer.rl_data import RLDataError, RLTask, load_rl_tasks, tasks_for_step
+from dice_copilot.trainer.rl_rewards import Reward
+from dice_copilot.trainer.sft import build_model_and_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+TIMINGS = ("rollout_s", "reward_s", "train_s")
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+
+MODULE = "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    return make_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+def short_tasks() -> list[RLTask]:
+    """Tasks with short chat prompts (DICE's one-shot prompts are thousands of tokens: too long for CPU tests)."""
+    return [RLTask(f"t{i}", MODULE, f"<|im_start|>user\nWrite the CUDA {op} kernel.<|im_end|>\n<|im_start|>assistant\n")
+            for i, op in enumerate(["relu", "square", "negate", "scale"])]
+
+
+def starts_with_a_space(tasks, completions):
+    """A reward a random tiny policy earns ~15% of the time: the answer's first character is a space."""
+    return [Reward(float(text[:1] == " ")) for text in completions]
+
+
+def tiny_rl_config(tmp_path: Path, tokenizer_dir: Path, **overrides) -> RLConfig:
+    values = dict(
+        model="tiny", tokenizer=str(tokenizer_dir), task_files=["unused"], rl_steps=4, tasks_per_step=4, group_size=8,
+        max_new_tokens=8, max_prompt_tokens=100, learning_rate=2e-2, per_device_batch_size=2, grad_accum=4,
+        kl_beta=0.0, mixed_precision="no", gradient_checkpointing=False, save_every_steps=0, save_dtype="float32",
+        output_dir=str(tmp_path / "run"), tensorboard=False, progress_bar=False, seed=0,
+    )
+    values.update(overrides)
+    return RLConfig(**values)
+
+
+def run(config: RLConfig, reward=starts_with_a_space):
+    model, tokenizer = build_model_and_tokenizer(config)
+    return run_rl(config, model, tokenizer, short_tasks(), reward)
+
+
+@pytest.mark.slow
+def test_the_policy_learns_to_earn_the_reward(tmp_path, tokenizer_dir):
+    result = run(tiny_rl_config(tmp_path, tokenizer_dir, rl_steps=25, kl_beta=0.01))
+    rewards = [h["reward_mean"] for h in result.history]
+    assert sum(rewards[:5]) / 5 < 0.4
+    assert sum(rewards[-5:]) / 5 > 0.8
+    assert all(h["optimizer_steps"] >= 1 for h in result.history[:5])
+    assert result.history[-1]["kl"] >= 0
+
+
+def test_a_step_whose_groups_all_scored_alike_trains_nothing(tmp_path, tokenizer_dir):
+    config = tiny_rl_config(tmp_path, tokenizer_dir, rl_steps=1, save_every_steps=1)
+    model, tokenizer = build_model_and_tokenizer(config)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = run_rl(config, model, tokenizer, short_tasks(), lambda tasks, texts: [Reward(1.0) for _ in texts])
+    [metrics] = result.history
+    assert metrics["reward_mean"] == 1.0 and metrics["groups_kept"] == 0 and metrics["optimizer_steps"] == 0
+    trained, _ = load(result.checkpoint_dir, dtype=torch.float32)
+    assert all(torch.equal(before[k], v) for k, v in trained.state_dict().items())
+
+
+def test_an_interrupted_run_resumes_to_the_same_policy(tmp_path, tokenizer_dir, monkeypatch):
+    settings = dict(rl_steps=5, save_every_steps=2, kl_beta=0.01)
+    straight = run(tiny_rl_config(tmp_path / "a", tokenizer_dir, **settings))
+
+    interrupted = tiny_rl_config(tmp_path / "b", tokenizer_dir, **settings)
+    log_step = sft.RunLogger.log_step
+
+    def crash_at_step_3(self, step, postfix, **values):
+        if step == 3:
+            raise KeyboardInterrupt
+        log_step(self, step, postfix, **values)
+
+    monkeypatch.setattr(sft.RunLogger, "log_step", crash_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        run(interrupted)
+    monkeypatch.setattr(sft.RunLogger, "log_step", log_step)
+    resumed = run(interrupted)
+
+    def untimed(history):
+        return [{k: v for k, v in h.items() if k not in TIMINGS} for h in history]
+
+    assert untimed(resumed.history) == untimed(straight.history)
+    expected, _ = load(straight.checkpoint_dir, dtype=torch.float32)
+    actual, _ = load(resumed.checkpoint_dir, dtype=torch.float32)
+    assert all(torch.equal(a, b) for a, b in zip(expected.state_dict().values(), actual.state_dict().values()))
+    assert any(h["optimizer_steps"] for h in straight.history)
+
+
+def test_the_command_runs_a_stage_on_cuke_tasks_and_writes_what_the_server_loads(tmp_path, tokenizer_dir):
+    """`dice-copilot train rl` end to end on the DICE prompt format, with the compile reward (no GPU here): random
+    text earns nothing, so the step trains nothing, but every output is written."""
+    tasks = write_jsonl(tmp_path / "e2e_tasks.jsonl", [{"id": "relu", "level": 1, "pytorch_code": MODULE},
+                                                      {"id": "tanh", "level": 1,
+                                                       "pytorch_code": MODULE.replace("relu", "tanh")}])
+    config = tmp_path / "stage2.toml"
+    config.write_text("\n".join([
+        'model = "tiny"', f'tokenizer = "{tokenizer_dir}"', 'task_files = ["e2e_tasks.jsonl"]', 'stage = "e2e"',
+        'reward = "compiles"', "rl_steps = 1", "tasks_per_step = 2", "group_size = 2", "max_new_tokens = 4",
+        "max_prompt_tokens = 4000", 'mixed_precision = "no"', 'output_dir = "run"', "progress_bar = false",
+        "tensorboard = true", "log_completions = 2",
+    ]) + "\n")
+    done = subprocess.run([sys.executable, "-m", "dice_copilot.cli", "train", "rl", str(config)],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rl: 1 steps, mean reward 0.000" in done.stdout
+    run_dir = tmp_path / "run"
+    model, tokenizer = load(run_dir / "checkpoint")
+    assert model.config.block_size == 4 and tokenizer.mask_token_id == model.config.mask_token_id
+    [metrics] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["responses"] == 4 and metrics["compile_rate"] == 0 and metrics["groups_kept"] == 0
+    rollouts = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert [r["task"] for r in rollouts] == ["relu", "relu"]
+    assert all(r["summary"] == "no code block in the answer" and r["tokens"] == 4 for r in rollouts)
+    assert (run_dir / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in (run_dir / "state").iterdir()) == ["step-1"]
+
+
+def test_the_correct_reward_without_a_gpu_is_an_actionable_error(tmp_path, tokenizer_dir):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"pytorch_code": MODULE}])
+    config = tiny_rl_config(tmp_path, tokenizer_dir, task_files=[str(tasks)], max_prompt_tokens=4000)
+    with pytest.raises(rl.RewardError, match="set reward = 'compiles'"):
+        train_rl(config)
+
+
+def test_prompt_plus_answer_beyond_the_models_positions_is_refused_before_any_rollout(tmp_path, tokenizer_dir):
+    config = tiny_rl_config(tmp_path, tokenizer_dir, max_prompt_tokens=4000, max_new_tokens=4096)
+    with pytest.raises(RLError, match="exceeds the model's 4096 positions"):
+        run(config)
+
+
+def test_tasks_too_long_are_dropped_when_read_and_steps_walk_the_file_in_order(tmp_path, tokenizer_dir):
+    _, tokenizer = build_model_and_tokenizer(tiny_rl_config(tmp_path, tokenizer_dir))
+    rows = [{"id": f"op{i}", "pytorch_code": MODULE + "#" * (i * 100), "prefix": "p", "suffix": "s"}
+            for i in range(4)]
+    files = [str(write_jsonl(tmp_path / "infill.jsonl", rows))]
+    second = len(tokenizer.encode(infill_prompt(rows[1]["pytorch_code"], "p", "s")))
+    tasks, stats = load_rl_tasks(files, "infill", tokenizer, max_prompt_tokens=second)
+    assert [t.id for t in tasks] == ["op0", "op1"] and stats.dropped_too_long == 2 and stats.records == 4
+    assert tasks[0].prefix == "p" and "The corresponding CUDA kernel prefix" in tasks[0].prompt
+    assert [t.id for t in tasks_for_step(tasks, 1, 3)] == ["op1", "op0", "op1"]
+    with pytest.raises(RLDataError, match="longer than max_prompt_tokens = 10"):
+        load_rl_tasks(files, "infill", tokenizer, max_prompt_tokens=10)
+    with pytest.raises(RLDataError, match="needs string field"):
+        load_rl_tasks([str(write_jsonl(tmp_path / "bad.jsonl", [{"pytorch_code": MODULE}]))], "infill", tokenizer,
+                      100)
+
+
+def test_config_files_resolve_paths_and_reject_unknown_or_bad_values(tmp_path):
+    (tmp_path / "cuke").mkdir()
+    config = tmp_path / "rl.toml"
+    config.write_text('task_files = "cuke/infill_tasks.jsonl"\nstage = "infill"\noutput_dir = "out"\n')
+    loaded = load_rl_config(config, rl_steps=3)
+    assert loaded.task_files == [str(tmp_path / "cuke" / "infill_tasks.jsonl")]
+    assert loaded.output_dir == str(tmp_path / "out") and loaded.rl_steps == 3 and loaded.stage == "infill"
+    config.write_text("lerning_rate = 1e-6\n")
+    with pytest.raises(RLConfigError, match="unknown RL config key.*lerning_rate"):
+        load_rl_config(config)
+    with pytest.raises(RLConfigError, match="'group_size' = 1 must be >= 2"):
+        RLConfig(group_size=1)
+    with pytest.raises(RLConfigError, match="'speedup_weight' = 0.5 needs reward = 'correct'"):
+        RLConfig(reward="compiles", speedup_weight=0.5)
+
+
+def test_shipped_stage_configs_parse_and_chain_stage_1_into_stage_2():
+    stage1 = load_rl_config(REPO / "trainer" / "rl_configs" / "dice_stage1_infill.toml")
+    stage2 = load_rl_config(REPO / "trainer" / "rl_configs" / "dice_stage2_e2e.toml")
+    assert (stage1.stage, stage1.rl_steps, stage1.max_prompt_tokens) == ("infill", 20, 2000)
+    assert (stage2.stage, stage2.rl_steps, stage2.max_prompt_tokens) == ("e2e", 100, 1500)
+    assert stage2.model == str(Path(stage1.output_dir) / "checkpoint")
+    for config in (stage1, stage2):
+        assert (config.tasks_per_step, config.group_size, config.learning_rate, config.kl_beta) == (64, 16, 1e-6, 0.01)
+        assert config.reward == "correct" and config.task_files

@@ -1,0 +1,194 @@
+"""RLConfig: every knob of BiC-RL (TraceRL on execution rewards) in one dataclass, overridable from a TOML or YAML file.
+
+Defaults follow DICE's released RL configs (dice-method.md §1.6, §3.4): 64 tasks a step, groups of 16, dynamic
+decoding at τ = 0.9 with temperature 1, a binary compiles-and-correct reward z-scored within each group, PPO clip
+0.2, k3-KL to the rollout policy with β = 0.01, AdamW at lr 1e-6, gradient clip 1. The two stages differ only in
+`stage`, `task_files`, `rl_steps` and `max_prompt_tokens` (see trainer/rl_configs/).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config_files import config_from_dict, read_config_values
+from .sft_config import ATTENTION_BACKENDS, MIXED_PRECISION, SAVE_DTYPES
+
+STAGES = ("infill", "e2e")
+REWARDS = ("correct", "compiles")
+LOSS_NORMALIZATIONS = ("constant", "tokens")
+DECODING_STRATEGIES = ("dynamic", "static", "sequential")
+ROLLOUT_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+class RLConfigError(ValueError):
+    """A bad RL config value or file; the message names the field and what to do."""
+
+
+@dataclass
+class RLConfig:
+    """BiC-RL settings. Paths are relative to the working directory (or to the config file's folder when read with
+    `load_rl_config`)."""
+
+    # --- model -------------------------------------------------------------------------------------------
+    # The policy to start from: a checkpoint folder (an SFT run's `checkpoint/`, or stage 1's for stage 2), or a
+    # size preset of `DiceConfig.from_name` (from scratch: only for tests and plumbing runs).
+    model: str = "runs/sft/checkpoint"
+    # Tokenizer folder; required for presets, optional for checkpoints (their own tokenizer is used by default).
+    tokenizer: str | None = None
+    # DiceConfig field overrides for presets, e.g. {num_hidden_layers = 4}.
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    # Block size; None keeps the checkpoint's (DICE: 4). RL trains the blocks the engine decodes, so only a preset
+    # takes another.
+    block_size: int | None = None
+
+    # --- tasks -------------------------------------------------------------------------------------------
+    # "infill" (stage 1: write the CUDA source inside a fixed ModelNew skeleton) or "e2e" (stage 2: the whole
+    # ModelNew from the PyTorch module).
+    stage: str = "e2e"
+    # JSONL task files, read in order (CuKe's `infill_tasks.jsonl` / `e2e_tasks.jsonl` are written easy -> hard).
+    # Each line needs `pytorch_code`; infill tasks also `prefix` and `suffix`.
+    task_files: list[str] = field(default_factory=list)
+    # Tasks whose prompt is longer are dropped when the files are read, before any rollout, so rewards can never
+    # shift onto other tasks' responses (the pitfall of dice-method.md §3.5).
+    max_prompt_tokens: int = 1500
+    # RL steps (rollout -> reward -> update). Step s takes tasks [s*T, (s+1)*T) of the file order, modulo the
+    # number of tasks: easy -> hard, as DICE's sequential_select.
+    rl_steps: int = 100
+    tasks_per_step: int = 64
+    # Responses sampled per task; advantages are z-scored within each group.
+    group_size: int = 16
+
+    # --- rollouts (the BlockDiffusionEngine) ---------------------------------------------------------------
+    max_new_tokens: int = 4096
+    strategy: str = "dynamic"
+    threshold: float = 0.9
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    # Weights of the rollout copy of the policy: "auto" is bfloat16 on a GPU, float32 on a CPU.
+    rollout_dtype: str = "auto"
+
+    # --- reward (the validator, strict policy) ---------------------------------------------------------------
+    # "correct": 1 when the kernel compiles, passes the strict static checks and matches the PyTorch reference on
+    # the GPU (DICE's binary reward); needs a CUDA device. "compiles": 1 when it passes the static checks and
+    # compiles — for plumbing runs on machines without a GPU only: it rewards kernels that may be wrong.
+    reward: str = "correct"
+    # Adds weight * clip(ln(speedup), -1, ln 10) to a correct kernel's reward (timing on, slower verdicts).
+    # DICE: 0 (binary reward). The cap stops the policy chasing the 10x region where timing hacks live.
+    speedup_weight: float = 0.0
+    # Per-build and per-check limits of a verdict, in seconds.
+    compile_timeout_s: float = 180.0
+    check_timeout_s: float = 20.0
+
+    # --- objective (TraceRL, dice-method.md §3.3) -------------------------------------------------------------
+    clip_epsilon: float = 0.2
+    # Weight of the k3 estimate of KL(policy || rollout policy) on each target token.
+    kl_beta: float = 0.01
+    # "constant": a step's loss is divided by (responses in its global batch x max_new_tokens), so every token
+    # weighs the same whatever the response length (TraceRL divides by the batch's longest response);
+    # "tokens": divided by the number of target tokens in the global batch.
+    loss_normalization: str = "constant"
+
+    # --- optimisation ------------------------------------------------------------------------------------
+    # Responses per GPU per micro-step (each response is one row holding all its trace rounds).
+    per_device_batch_size: int = 1
+    # Micro-steps per optimizer step; an RL step runs as many optimizer steps as its kept responses fill
+    # (per_device_batch_size * grad_accum * processes each; the last one may be partial).
+    grad_accum: int = 16
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    # Seeds the rollouts' sampling (with the step and process) and weight init for presets.
+    seed: int = 10086
+
+    # --- speed -------------------------------------------------------------------------------------------
+    mixed_precision: str = "bf16"
+    fused_adamw: bool = True
+    fsdp_gather_in_mixed_precision: bool = False
+    fsdp_reduce_in_mixed_precision: bool = False
+    gradient_checkpointing: bool = True
+    attention_backend: str = "auto"
+    compile: bool = True
+
+    # --- output ------------------------------------------------------------------------------------------
+    # Run folder: `checkpoint/` (HF layout the server loads, replaced atomically), `state/step-N/` (exact resume),
+    # `tensorboard/`, `metrics.jsonl`, `rollouts.jsonl`, `reward_curve.png`.
+    output_dir: str = "runs/rl"
+    # Write the checkpoint and a resumable state every N RL steps (and always at the end); 0 = end only.
+    save_every_steps: int = 1
+    save_dtype: str = "bfloat16"
+    keep_last_states: int = 2
+    resume: bool = True
+    # Responses of each step written with their text and verdict to rollouts.jsonl (the first ones of the step).
+    log_completions: int = 8
+    log_every_steps: int = 1
+    tensorboard: bool = True
+    progress_bar: bool = True
+
+    def __post_init__(self):
+        self.validate()
+
+    @property
+    def responses_per_step(self) -> int:
+        return self.tasks_per_step * self.group_size
+
+    def validate(self) -> None:
+        """Raise RLConfigError naming the first bad field."""
+        checks = [
+            ("stage", self.stage in STAGES, f"must be one of {STAGES}"),
+            ("max_prompt_tokens", self.max_prompt_tokens >= 1, "must be >= 1"),
+            ("rl_steps", self.rl_steps >= 1, "must be >= 1"),
+            ("tasks_per_step", self.tasks_per_step >= 1, "must be >= 1"),
+            ("group_size", self.group_size >= 2, "must be >= 2 (advantages compare the responses of a group)"),
+            ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
+            ("strategy", self.strategy in DECODING_STRATEGIES, f"must be one of {DECODING_STRATEGIES}"),
+            ("threshold", 0 <= self.threshold <= 1, "must be in [0, 1]"),
+            ("temperature", self.temperature > 0, "must be > 0 (the policy's log-probs are those it samples from)"),
+            ("top_k", self.top_k >= 0, "must be >= 0"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("rollout_dtype", self.rollout_dtype in ROLLOUT_DTYPES, f"must be one of {ROLLOUT_DTYPES}"),
+            ("reward", self.reward in REWARDS, f"must be one of {REWARDS}"),
+            ("speedup_weight", self.speedup_weight >= 0, "must be >= 0"),
+            ("speedup_weight", self.speedup_weight == 0 or self.reward == "correct",
+             "needs reward = 'correct' (speed is only measured on the GPU)"),
+            ("compile_timeout_s", self.compile_timeout_s > 0, "must be > 0"),
+            ("check_timeout_s", self.check_timeout_s > 0, "must be > 0"),
+            ("clip_epsilon", 0 < self.clip_epsilon < 1, "must be in (0, 1)"),
+            ("kl_beta", self.kl_beta >= 0, "must be >= 0"),
+            ("loss_normalization", self.loss_normalization in LOSS_NORMALIZATIONS,
+             f"must be one of {LOSS_NORMALIZATIONS}"),
+            ("per_device_batch_size", self.per_device_batch_size >= 1, "must be >= 1"),
+            ("grad_accum", self.grad_accum >= 1, "must be >= 1"),
+            ("learning_rate", self.learning_rate > 0, "must be > 0"),
+            ("max_grad_norm", self.max_grad_norm >= 0, "must be >= 0"),
+            ("mixed_precision", self.mixed_precision in MIXED_PRECISION, f"must be one of {MIXED_PRECISION}"),
+            ("attention_backend", self.attention_backend in ATTENTION_BACKENDS,
+             f"must be one of {ATTENTION_BACKENDS}"),
+            ("block_size", self.block_size is None or self.block_size >= 1, "must be >= 1 or unset"),
+            ("save_dtype", self.save_dtype in SAVE_DTYPES, f"must be one of {SAVE_DTYPES}"),
+            ("save_every_steps", self.save_every_steps >= 0, "must be >= 0"),
+            ("keep_last_states", self.keep_last_states >= 1, "must be >= 1"),
+            ("log_completions", self.log_completions >= 0, "must be >= 0"),
+            ("log_every_steps", self.log_every_steps >= 1, "must be >= 1"),
+        ]
+        for name, ok, rule in checks:
+            if not ok:
+                raise RLConfigError(f"RL config field {name!r} = {getattr(self, name)!r} {rule}")
+
+    def replace(self, **changes) -> "RLConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def load_rl_config(path: str | Path, **overrides) -> RLConfig:
+    """Read a TOML (.toml) or YAML (.yaml/.yml) file over the defaults; relative paths are taken from the file's
+    folder (`model` too when that folder holds it). `overrides` (e.g. from the command line) win over the file."""
+    values = read_config_values(path, "RL", RLConfigError, path_fields=("tokenizer", "output_dir"),
+                                path_list_fields=("task_files",))
+    values.update(overrides)
+    return config_from_dict(RLConfig, values, "RL", RLConfigError, source=str(path))
