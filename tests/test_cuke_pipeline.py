@@ -252,6 +252,9 @@ def test_build_emits_datasets_resumes_and_shards(tmp_path, monkeypatch):
     assert rows["sft.jsonl"][0]["response"].startswith("```python\n")
     levels = [r["level"] for r in rows["e2e_tasks.jsonl"]]
     assert levels == sorted(levels) and [r["idx"] for r in rows["e2e_tasks.jsonl"]] == list(range(len(levels)))
+    e2e_order = [r["id"] for r in rows["e2e_tasks.jsonl"]]
+    infill_order = [r["id"] for r in rows["infill_tasks.jsonl"]]  # easy -> hard too: the RL trainer reads in order
+    assert infill_order == [uid for uid in e2e_order if uid in set(infill_order)]
     assert rows["eval_heldout.jsonl"], "some families or compositions must be held out"
     held_families = set(stats["datasets"]["heldout_families"])
     held_comps = set(stats["datasets"]["heldout_compositions"])

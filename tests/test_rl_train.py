@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_helpers import MODULE, short_tasks, starts_with_a_space, tiny_rl_config
 from sft_helpers import make_tokenizer, write_jsonl
 
 from dice_copilot.model import load
@@ -16,7 +17,7 @@ from dice_copilot.model.prompts import infill_prompt
 from dice_copilot.trainer import rl, sft
 from dice_copilot.trainer.rl import RLError, run_rl, train_rl
 from dice_copilot.trainer.rl_config import RLConfig, RLConfigError, load_rl_config
-from dice_copilot.trainer.rl_data import RLDataError, RLTask, load_rl_tasks, tasks_for_step
+from dice_copilot.trainer.rl_data import RLDataError, load_rl_tasks, tasks_for_step
 from dice_copilot.trainer.rl_rewards import Reward
 from dice_copilot.trainer.sft import build_model_and_tokenizer
 
@@ -24,34 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 TIMINGS = ("rollout_s", "reward_s", "train_s")
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
-MODULE = "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
-
-
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     return make_tokenizer(tmp_path_factory.mktemp("tok"))
-
-
-def short_tasks() -> list[RLTask]:
-    """Tasks with short chat prompts (DICE's one-shot prompts are thousands of tokens: too long for CPU tests)."""
-    return [RLTask(f"t{i}", MODULE, f"<|im_start|>user\nWrite the CUDA {op} kernel.<|im_end|>\n<|im_start|>assistant\n")
-            for i, op in enumerate(["relu", "square", "negate", "scale"])]
-
-
-def starts_with_a_space(tasks, completions):
-    """A reward a random tiny policy earns ~15% of the time: the answer's first character is a space."""
-    return [Reward(float(text[:1] == " ")) for text in completions]
-
-
-def tiny_rl_config(tmp_path: Path, tokenizer_dir: Path, **overrides) -> RLConfig:
-    values = dict(
-        model="tiny", tokenizer=str(tokenizer_dir), task_files=["unused"], rl_steps=4, tasks_per_step=4, group_size=8,
-        max_new_tokens=8, max_prompt_tokens=100, learning_rate=2e-2, per_device_batch_size=2, grad_accum=4,
-        kl_beta=0.0, mixed_precision="no", gradient_checkpointing=False, save_every_steps=0, save_dtype="float32",
-        output_dir=str(tmp_path / "run"), tensorboard=False, progress_bar=False, seed=0,
-    )
-    values.update(overrides)
-    return RLConfig(**values)
 
 
 def run(config: RLConfig, reward=starts_with_a_space):
@@ -111,9 +87,8 @@ def test_an_interrupted_run_resumes_to_the_same_policy(tmp_path, tokenizer_dir, 
 def test_the_command_runs_a_stage_on_cuke_tasks_and_writes_what_the_server_loads(tmp_path, tokenizer_dir):
     """`dice-copilot train rl` end to end on the DICE prompt format, with the compile reward (no GPU here): random
     text earns nothing, so the step trains nothing, but every output is written."""
-    tasks = write_jsonl(tmp_path / "e2e_tasks.jsonl", [{"id": "relu", "level": 1, "pytorch_code": MODULE},
-                                                      {"id": "tanh", "level": 1,
-                                                       "pytorch_code": MODULE.replace("relu", "tanh")}])
+    write_jsonl(tmp_path / "e2e_tasks.jsonl", [{"id": "relu", "level": 1, "pytorch_code": MODULE},
+                                              {"id": "tanh", "level": 1, "pytorch_code": MODULE.replace("relu", "tanh")}])
     config = tmp_path / "stage2.toml"
     config.write_text("\n".join([
         'model = "tiny"', f'tokenizer = "{tokenizer_dir}"', 'task_files = ["e2e_tasks.jsonl"]', 'stage = "e2e"',
@@ -195,3 +170,96 @@ def test_shipped_stage_configs_parse_and_chain_stage_1_into_stage_2():
     for config in (stage1, stage2):
         assert (config.tasks_per_step, config.group_size, config.learning_rate, config.kl_beta) == (64, 16, 1e-6, 0.01)
         assert config.reward == "correct" and config.task_files
+
+
+TWO_PROCESS_RUN = """
+import json, os, sys
+from pathlib import Path
+
+import torch
+from rl_helpers import short_tasks, starts_with_a_space, tiny_rl_config
+
+from dice_copilot.trainer.rl import run_rl
+from dice_copilot.trainer.sft import build_model_and_tokenizer
+
+torch.set_num_threads(1)
+out, tokenizer_dir = Path(sys.argv[1]), Path(sys.argv[2])
+config = tiny_rl_config(out, tokenizer_dir, rl_steps=3, group_size=4, per_device_batch_size=2, grad_accum=2,
+                        kl_beta=0.01, save_every_steps=3)
+model, tokenizer = build_model_and_tokenizer(config)
+result = run_rl(config, model, tokenizer, short_tasks(), starts_with_a_space)
+(out / f"history-{os.environ['RANK']}.json").write_text(json.dumps(result.history))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_share_the_tasks_and_train_one_policy(tmp_path, tokenizer_dir):
+    """DDP (torchrun, gloo, 2 CPU processes): each process rolls out half the tasks, the kept responses are dealt
+    out again (a share that runs short trains a zero-weighted stand-in), and both log the same gathered metrics."""
+    script = tmp_path / "two.py"
+    script.write_text(TWO_PROCESS_RUN)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "tests")}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script),
+                           str(tmp_path), str(tokenizer_dir)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    histories = [json.loads((tmp_path / f"history-{rank}.json").read_text()) for rank in (0, 1)]
+    untimed = [[{k: v for k, v in h.items() if k not in TIMINGS} for h in history] for history in histories]
+    assert untimed[0] == untimed[1]
+    assert [h["responses"] for h in histories[0]] == [16, 16, 16]
+    assert any(h["optimizer_steps"] for h in histories[0])
+    model, _ = load(tmp_path / "run" / "checkpoint")
+    assert model.config.block_size == 4
+
+
+ONE_UPDATE = """
+import os, sys
+from pathlib import Path
+
+import torch
+from rl_helpers import tiny_rl_config
+
+from dice_copilot.trainer.rl import _StepRunner
+from dice_copilot.trainer.rl_trace import TraceSample
+from dice_copilot.trainer.sft import build_model_and_tokenizer, make_accelerator
+from dice_copilot.trainer.sft_loss import dense_layout_mask
+
+torch.set_num_threads(1)
+out, tokenizer_dir, grad_accum = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+config = tiny_rl_config(out, tokenizer_dir, per_device_batch_size=1, grad_accum=grad_accum, kl_beta=0.01,
+                        max_grad_norm=0)
+accelerator = make_accelerator(config)
+model, _ = build_model_and_tokenizer(config)
+# Plain SGD, no clipping: an update proportional to the gradient, so a wrong loss scale would show (Adam hides it).
+optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+model, optimizer = accelerator.prepare(model, optimizer)
+generator = torch.Generator().manual_seed(1)
+# Ten responses of different lengths: a global batch of 4 takes three optimizer steps, the last one partial.
+samples = [TraceSample(torch.randint(4, 300, (5 + i,), generator=generator).tolist(),
+                       torch.randint(4, 300, (3 + 2 * i,), generator=generator).tolist(),
+                       sorted(torch.randint(0, 8, (3 + 2 * i,), generator=generator).tolist()), (-1.0) ** i * (1 + i / 10))
+           for i in range(10)]
+runner = _StepRunner(config, model, optimizer, None, None, None, None, accelerator, dense_layout_mask)
+metrics = runner._train(samples)
+assert metrics["optimizer_steps"] == 3, metrics
+if accelerator.is_main_process:
+    torch.save(accelerator.unwrap_model(model).state_dict(), out / f"after-{accelerator.num_processes}.pt")
+"""
+
+
+@pytest.mark.slow
+def test_an_update_on_two_processes_equals_one_with_the_same_global_batch(tmp_path, tokenizer_dir):
+    """The loss normaliser and the dealing out of responses make 2 processes x 2 micro-steps train exactly as 1
+    process x 4 micro-steps, the last global batch (2 of 4 responses) included."""
+    script = tmp_path / "update.py"
+    script.write_text(ONE_UPDATE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "tests")}
+    for launcher, accumulation in ((["torch.distributed.run", "--nproc_per_node", "2"], "2"), ([], "4")):
+        done = subprocess.run([sys.executable, "-m", *launcher, str(script), str(tmp_path), str(tokenizer_dir),
+                               accumulation] if launcher else [sys.executable, str(script), str(tmp_path),
+                                                               str(tokenizer_dir), accumulation],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, two = torch.load(tmp_path / "after-1.pt"), torch.load(tmp_path / "after-2.pt")
+    assert all(torch.allclose(one[name], two[name], atol=1e-5) for name in one)
+    assert any(not torch.equal(one[name], before) for name, before in
+               build_model_and_tokenizer(tiny_rl_config(tmp_path, tokenizer_dir))[0].state_dict().items())

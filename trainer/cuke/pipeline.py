@@ -258,15 +258,16 @@ def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | Non
     train, heldout = split_heldout(records, plan)
     sft, infill, e2e, evaluation = [], [], [], []
     for r in train:
-        base = _base_row(by_uid[r.uid])
-        sft.append({**base, "prompt": end_to_end_prompt(r.pytorch_code),
+        sft.append({**_base_row(by_uid[r.uid]), "prompt": end_to_end_prompt(r.pytorch_code),
                     "response": f"```python\n{r.cuda_code.rstrip()}\n```"})
+    # Both RL task sets easy -> hard: the RL trainer takes them in file order (dice-method.md §1.2).
+    for idx, r in enumerate(order_easy_to_hard(train)):
+        base = _base_row(by_uid[r.uid])
         parts = infill_split(r.cuda_code)
         if parts is not None:
             infill.append({**base, "pytorch_code": r.pytorch_code, "cuda_code": r.cuda_code, "prefix": parts.prefix,
                            "middle": parts.middle, "suffix": parts.suffix})
-    for idx, r in enumerate(order_easy_to_hard(train)):
-        e2e.append({**_base_row(by_uid[r.uid]), "idx": idx, "pytorch_code": r.pytorch_code, "cuda_code": r.cuda_code})
+        e2e.append({**base, "idx": idx, "pytorch_code": r.pytorch_code, "cuda_code": r.cuda_code})
     for r in order_easy_to_hard(heldout):
         parts = infill_split(r.cuda_code)
         evaluation.append({**_base_row(by_uid[r.uid]), "pytorch_code": r.pytorch_code, "cuda_code": r.cuda_code,
