@@ -189,6 +189,9 @@ config = tiny_rl_config(out, tokenizer_dir, rl_steps=3, group_size=4, per_device
 model, tokenizer = build_model_and_tokenizer(config)
 result = run_rl(config, model, tokenizer, short_tasks(), starts_with_a_space)
 (out / f"history-{os.environ['RANK']}.json").write_text(json.dumps(result.history))
+# Both processes leave together: a gloo process whose peer has already gone can abort as it exits.
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
 """
 
 
@@ -243,6 +246,9 @@ metrics = runner._train(samples)
 assert metrics["optimizer_steps"] == 3, metrics
 if accelerator.is_main_process:
     torch.save(accelerator.unwrap_model(model).state_dict(), out / f"after-{accelerator.num_processes}.pt")
+# Both processes leave together: a gloo process whose peer has already gone can abort as it exits.
+accelerator.wait_for_everyone()
+accelerator.end_training()
 """
 
 

@@ -88,6 +88,7 @@ def train_rl(config: RLConfig, reward_fn=None) -> RLResult:
     finally:
         if own_reward:
             reward_fn.close()
+        accelerator.end_training()  # a process group left at exit can abort the process as it ends
 
 
 def kernel_reward_for(config: RLConfig, accelerator) -> KernelReward:
