@@ -7,7 +7,7 @@
 # Parts:
 #   tests         every `gpu`-marked test
 #   tests-validator / tests-engine / tests-other   the same, split (validator + cheat suite | engine and model |
-#                 server, SFT, CuKe)
+#                 server, SFT, CuKe, RL)
 #   decode        bench/decode.py (issue 8), e.g. `decode --profile $OUT/profile.txt`
 #   validator     bench/validator_bench.py (issue 3), e.g. `validator --parts ours,batch`
 #   sft           bench/sft_throughput.py at the DICE-1.7B shape (issue 7)
@@ -36,7 +36,8 @@ case "$part" in
     tests-validator) run_tests gpu_tests_validator tests/test_validator_gpu.py tests/test_validator_cheats.py ;;
     tests-engine)    run_tests gpu_tests_engine tests/test_engine_continuous.py tests/test_model_network.py \
                          tests/test_model_checkpoint.py tests/test_engine.py tests/test_few_row_linear.py ;;
-    tests-other)     run_tests gpu_tests_other tests/test_server_gpu.py tests/test_sft_gpu.py tests/test_cuke_gpu.py ;;
+    tests-other)     run_tests gpu_tests_other tests/test_server_gpu.py tests/test_sft_gpu.py tests/test_cuke_gpu.py \
+                         tests/test_rl_gpu.py ;;
     decode)       timeout "$limit" python3 bench/decode.py --out "$out/$tag.json" "$@" \
                       2>&1 | grep -v cudagraph_utils | tee "$out/$tag.log" | tail -40 ;;
     validator)    timeout "$limit" python3 bench/validator_bench.py --out "$out/$tag.json" "$@" \

@@ -10,7 +10,7 @@ from dice_copilot.model.config import DiceConfig
 from dice_copilot.model.network import DiceForBlockDiffusion
 from dice_copilot.trainer.rl_rewards import group_advantages
 from dice_copilot.trainer.rl_trace import (
-    TraceSample, collate_trace_rows, policy_logprobs, trace_loss, trace_row,
+    TraceSample, collate_trace_rows, policy_logprobs, split_rounds, trace_loss, trace_row,
 )
 from dice_copilot.trainer.sft_loss import CLEAN, dense_layout_mask
 
@@ -116,6 +116,24 @@ def test_noisy_copies_see_neither_later_blocks_nor_each_other(model):
     assert torch.equal(noisy_logits(changed)[:length], base[:length])
 
 
+def test_packed_rounds_score_as_one_row_per_round_would(model):
+    """All rounds in one row over the shared clean sequence give TraceRL's per-round rows' log-probs exactly (up to
+    float summation order): the copies see nothing of each other."""
+    sample = TraceSample([5, 6, 7, 8, 9], list(range(20, 33)), [0, 0, 1, 2, 2, 3, 3, 3, 4, 5, 6, 6, 7], 1.0)
+    packed = trace_row(sample, 4, MASK, PAD)
+    rounds = split_rounds(packed)
+    assert packed.rounds == len(rounds) == 4  # block 3's tokens came at 4 passes
+    assert sorted(torch.cat([r.target_ids for r in rounds]).tolist()) == sorted(packed.target_ids.tolist())
+
+    def logprobs(rows):
+        batch = collate_trace_rows(rows, PAD)
+        with torch.no_grad():
+            return policy_logprobs(model, batch, dense_layout_mask(*batch.layout), 1.0, MASK)
+
+    # The packed row lists targets copy by copy, as the per-round rows do.
+    assert torch.allclose(logprobs([packed]), logprobs(rounds), atol=1e-5)
+
+
 def test_padding_a_row_to_a_longer_one_changes_none_of_its_logprobs(model):
     short = trace_row(TraceSample([5, 6, 7], [20, 21, 22], [0, 1, 1], 1.0), 4, MASK, PAD)
     long = trace_row(TraceSample([5, 6, 7, 8, 9, 10], list(range(30, 40)), list(range(10)), -1.0), 4, MASK, PAD)
@@ -126,6 +144,8 @@ def test_padding_a_row_to_a_longer_one_changes_none_of_its_logprobs(model):
             return policy_logprobs(model, batch, dense_layout_mask(*batch.layout), 1.0, MASK)
 
     together = logprobs([short, long])
+    rounded = collate_trace_rows([short, long], PAD, width_multiple=64)
+    assert rounded.input_ids.shape == (2, 128) and rounded.segments[1, 80:].tolist() == [1] * 48
     assert torch.allclose(together[:3], logprobs([short]), atol=1e-6)
     assert torch.allclose(together[3:], logprobs([long]), atol=1e-6)
     assert collate_trace_rows([short, long], PAD).target_rows.tolist() == [0] * 3 + [1] * 10

@@ -45,6 +45,8 @@ from .sft_loss import FlexMaskBuilder, dense_layout_mask
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 REWARD_CURVE_FILE = "reward_curve.png"
+# TraceRL rows for flex attention are padded to a multiple of this many tokens (its tile is 128).
+FLEX_ROW_MULTIPLE = 512
 
 
 class RLError(RuntimeError):
@@ -117,10 +119,9 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
     output_dir = Path(config.output_dir)
     device = accelerator.device
     model_config = model.config
-    longest_prompt = config.max_prompt_tokens
-    if longest_prompt + config.max_new_tokens + model_config.block_size > model_config.max_position_embeddings:
-        raise RLError(f"max_prompt_tokens ({longest_prompt}) + max_new_tokens ({config.max_new_tokens}) exceeds the "
-                      f"model's {model_config.max_position_embeddings} positions; lower one of them")
+    if config.max_prompt_tokens + config.max_new_tokens + model_config.block_size > model_config.max_position_embeddings:
+        raise RLError(f"max_prompt_tokens ({config.max_prompt_tokens}) + max_new_tokens ({config.max_new_tokens}) "
+                      f"exceeds the model's {model_config.max_position_embeddings} positions; lower one of them")
 
     rollout_dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32, "bfloat16": torch.bfloat16,
                      "float16": torch.float16, "float32": torch.float32}[config.rollout_dtype]
@@ -152,7 +153,7 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
 
     logger = RunLogger(config, output_dir, accelerator.is_main_process, state.step, config.rl_steps, "rl")
     run_step = _StepRunner(config, model, optimizer, rollout_model, engine, tokenizer, reward_fn, accelerator,
-                           build_mask)
+                           build_mask, FLEX_ROW_MULTIPLE if flex else 1)
     try:
         for step in range(state.step, config.rl_steps):
             metrics = run_step(step, tasks_for_step(tasks, step, config.tasks_per_step))
@@ -187,10 +188,10 @@ class _StepRunner:
     """One RL step: rollouts, rewards, advantages, old log-probs, optimizer steps; returns the step's metrics."""
 
     def __init__(self, config: RLConfig, model, optimizer, rollout_model, engine, tokenizer, reward_fn, accelerator,
-                 build_mask):
+                 build_mask, row_multiple: int = 1):
         self.config, self.model, self.optimizer = config, model, optimizer
         self.rollout_model, self.engine, self.tokenizer, self.reward_fn = rollout_model, engine, tokenizer, reward_fn
-        self.accelerator, self.build_mask = accelerator, build_mask
+        self.accelerator, self.build_mask, self.row_multiple = accelerator, build_mask, row_multiple
         self.model_config = accelerator.unwrap_model(model).config
         self.world, self.rank = accelerator.num_processes, accelerator.process_index
 
@@ -317,8 +318,8 @@ class _StepRunner:
 
     def _rows(self, samples: list[TraceSample]) -> TraceBatch:
         c = self.model_config
-        return collate_trace_rows([trace_row(s, c.block_size, c.mask_token_id, c.pad_token_id) for s in samples],
-                                  c.pad_token_id)
+        rows = [trace_row(s, c.block_size, c.mask_token_id, c.pad_token_id) for s in samples]
+        return collate_trace_rows(rows, c.pad_token_id, self.row_multiple)
 
     def _logprobs(self, batch: TraceBatch) -> torch.Tensor:
         batch = batch.to(self.accelerator.device)
@@ -337,9 +338,7 @@ def _rollout_record(task: RLTask, generation, reward: Reward) -> dict:
 
 def _rollout_metrics(records: list[dict], trained: int, group_size: int) -> dict:
     """The step's health: reward and its spread, how many kernels compiled and were correct, how much was kept."""
-    n = len(records)
-    if not n:
-        return {"reward_mean": 0.0, "reward_std": 0.0, "correct_rate": 0.0, "compile_rate": 0.0, "responses": 0}
+    n = len(records)  # every step has tasks, so every step has responses
     values = [r["reward"] for r in records]
     mean = sum(values) / n
     return {

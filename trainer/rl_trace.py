@@ -98,6 +98,25 @@ def trace_row(sample: TraceSample, block_size: int, mask_id: int, pad_id: int) -
     )
 
 
+def split_rounds(row: TraceRow) -> list[TraceRow]:
+    """The same rounds in TraceRL's own layout, a row each ([noisy copy c ‖ clean]): what the packed row saves
+    (bench/rl_trace_rows.py times both; the tests check they give the same log-probs)."""
+    length = len(row.input_ids) // (row.rounds + 1)
+    clean = slice(row.rounds * length, None)
+    rows = []
+    for c in range(row.rounds):
+        noisy = slice(c * length, (c + 1) * length)
+        targets = torch.cat([row.targets[noisy], torch.zeros(length, dtype=torch.bool)])
+        input_ids = torch.cat([row.input_ids[noisy], row.input_ids[clean]])
+        rows.append(TraceRow(
+            input_ids=input_ids, position_ids=row.position_ids[: 2 * length],
+            copies=torch.cat([torch.zeros(length, dtype=torch.long), row.copies[clean]]),
+            blocks=row.blocks[: 2 * length], targets=targets, target_ids=row.input_ids[clean][row.targets[noisy]],
+            rounds=1,
+        ))
+    return rows
+
+
 @dataclass
 class TraceBatch:
     """Rows padded to one width, all [B, N] but `target_ids` [T] and `target_rows` [T] (the row of each target, to
@@ -121,8 +140,10 @@ class TraceBatch:
         return self.segments, self.copies, self.blocks
 
 
-def collate_trace_rows(rows: Sequence[TraceRow], pad_id: int) -> TraceBatch:
-    width = max(len(r.input_ids) for r in rows)
+def collate_trace_rows(rows: Sequence[TraceRow], pad_id: int, width_multiple: int = 1) -> TraceBatch:
+    """Rows padded to the longest, rounded up to `width_multiple` (few distinct widths: fewer recompilations of
+    compiled layers and flex-attention masks)."""
+    width = -(-max(len(r.input_ids) for r in rows) // width_multiple) * width_multiple
 
     def padded(values: list[torch.Tensor], fill) -> torch.Tensor:
         out = torch.full((len(values), width), fill, dtype=values[0].dtype)
