@@ -24,3 +24,13 @@ def register(subparsers) -> None:
     parser.set_defaults(run=show_help)
     for name in TRAIN_MODULES:
         importlib.import_module(name).register_train(train_subparsers)
+
+
+def add_config_command(train_subparsers, name: str, help: str, description: str, config_class: str, example: str,
+                       run) -> None:
+    """`train NAME CONFIG [--set KEY=VALUE ...]`: a run described by a TOML or YAML file of `config_class` fields."""
+    parser = train_subparsers.add_parser(name, help=help, description=description)
+    parser.add_argument("config", metavar="CONFIG", help=f"TOML or YAML file overriding the {config_class} defaults")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override one config field (repeatable), e.g. --set {example}")
+    parser.set_defaults(run=run)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config_files import config_from_dict, read_config_values
-from .sft_config import ATTENTION_BACKENDS, MIXED_PRECISION, SAVE_DTYPES
+from .sft_config import raise_first_bad_field, training_run_checks
 
 STAGES = ("infill", "e2e")
 REWARDS = ("correct", "compiles")
@@ -163,23 +163,9 @@ class RLConfig:
             ("kl_beta", self.kl_beta >= 0, "must be >= 0"),
             ("loss_normalization", self.loss_normalization in LOSS_NORMALIZATIONS,
              f"must be one of {LOSS_NORMALIZATIONS}"),
-            ("per_device_batch_size", self.per_device_batch_size >= 1, "must be >= 1"),
-            ("grad_accum", self.grad_accum >= 1, "must be >= 1"),
-            ("learning_rate", self.learning_rate > 0, "must be > 0"),
-            ("max_grad_norm", self.max_grad_norm >= 0, "must be >= 0"),
-            ("mixed_precision", self.mixed_precision in MIXED_PRECISION, f"must be one of {MIXED_PRECISION}"),
-            ("attention_backend", self.attention_backend in ATTENTION_BACKENDS,
-             f"must be one of {ATTENTION_BACKENDS}"),
-            ("block_size", self.block_size is None or self.block_size >= 1, "must be >= 1 or unset"),
-            ("save_dtype", self.save_dtype in SAVE_DTYPES, f"must be one of {SAVE_DTYPES}"),
-            ("save_every_steps", self.save_every_steps >= 0, "must be >= 0"),
-            ("keep_last_states", self.keep_last_states >= 1, "must be >= 1"),
             ("log_completions", self.log_completions >= 0, "must be >= 0"),
-            ("log_every_steps", self.log_every_steps >= 1, "must be >= 1"),
         ]
-        for name, ok, rule in checks:
-            if not ok:
-                raise RLConfigError(f"RL config field {name!r} = {getattr(self, name)!r} {rule}")
+        raise_first_bad_field(self, checks + training_run_checks(self), "RL", RLConfigError)
 
     def replace(self, **changes) -> "RLConfig":
         return dataclasses.replace(self, **changes)

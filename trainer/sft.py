@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from .commands import add_config_command
 from .sft_config import SFTConfig, SFTConfigError, load_sft_config
 from .sft_data import RowStream, SFTDataError, SFTSample, check_train_files, load_sft_samples
 from .sft_loss import FlexMaskBuilder, add_noise, attention_pairs, dense_diffusion_mask, diffusion_loss_sum
@@ -558,17 +559,13 @@ def parse_overrides(items: list[str]) -> dict:
 
 def register_train(train_subparsers) -> None:
     """Add `train sft` to the `dice-copilot train` group."""
-    parser = train_subparsers.add_parser(
-        "sft",
-        help="block-diffusion SFT (from scratch or from a SDAR/DICE/Qwen3 checkpoint)",
+    add_config_command(
+        train_subparsers, "sft", help="block-diffusion SFT (from scratch or from a SDAR/DICE/Qwen3 checkpoint)",
         description="Block-diffusion SFT. CONFIG is a TOML or YAML file of SFTConfig fields "
                     "(see dice_copilot/trainer/sft_config.py). For several GPUs run it under "
                     "`accelerate launch --config_file trainer/accelerate_configs/<setup>.yaml -m dice_copilot.cli`.",
+        config_class="SFTConfig", example="max_steps=100", run=_run_train_sft,
     )
-    parser.add_argument("config", metavar="CONFIG", help="TOML or YAML file overriding the SFTConfig defaults")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config field (repeatable), e.g. --set max_steps=100")
-    parser.set_defaults(run=_run_train_sft)
 
 
 def _run_train_sft(args) -> int:

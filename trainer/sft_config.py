@@ -131,33 +131,42 @@ class SFTConfig:
         """Raise SFTConfigError naming the first bad field."""
         checks = [
             ("seq_len", self.seq_len >= 1, "must be >= 1"),
-            ("per_device_batch_size", self.per_device_batch_size >= 1, "must be >= 1"),
-            ("grad_accum", self.grad_accum >= 1, "must be >= 1"),
             ("epochs", self.epochs > 0, "must be > 0"),
             ("max_steps", self.max_steps is None or self.max_steps >= 1, "must be >= 1 or unset"),
-            ("learning_rate", self.learning_rate > 0, "must be > 0"),
             ("schedule", self.schedule in SCHEDULES, f"must be one of {SCHEDULES}"),
             ("warmup_ratio", 0 <= self.warmup_ratio < 1, "must be in [0, 1)"),
             ("warmup_steps", self.warmup_steps is None or self.warmup_steps >= 0, "must be >= 0 or unset"),
             ("min_lr_ratio", 0 <= self.min_lr_ratio <= 1, "must be in [0, 1]"),
             ("noise_eps", 0 < self.noise_eps < 1, "must be in (0, 1)"),
             ("max_noise_retries", self.max_noise_retries >= 1, "must be >= 1"),
-            ("max_grad_norm", self.max_grad_norm >= 0, "must be >= 0"),
-            ("mixed_precision", self.mixed_precision in MIXED_PRECISION, f"must be one of {MIXED_PRECISION}"),
-            ("attention_backend", self.attention_backend in ATTENTION_BACKENDS,
-             f"must be one of {ATTENTION_BACKENDS}"),
-            ("block_size", self.block_size is None or self.block_size >= 1, "must be >= 1 or unset"),
-            ("save_dtype", self.save_dtype in SAVE_DTYPES, f"must be one of {SAVE_DTYPES}"),
-            ("save_every_steps", self.save_every_steps >= 0, "must be >= 0"),
-            ("keep_last_states", self.keep_last_states >= 1, "must be >= 1"),
-            ("log_every_steps", self.log_every_steps >= 1, "must be >= 1"),
         ]
-        for name, ok, rule in checks:
-            if not ok:
-                raise SFTConfigError(f"SFT config field {name!r} = {getattr(self, name)!r} {rule}")
+        raise_first_bad_field(self, checks + training_run_checks(self), "SFT", SFTConfigError)
 
     def replace(self, **changes) -> "SFTConfig":
         return dataclasses.replace(self, **changes)
+
+
+def training_run_checks(config) -> list[tuple[str, bool, str]]:
+    """(field, ok, rule) for the fields every training run has, SFT's and RL's alike."""
+    return [
+        ("per_device_batch_size", config.per_device_batch_size >= 1, "must be >= 1"),
+        ("grad_accum", config.grad_accum >= 1, "must be >= 1"),
+        ("learning_rate", config.learning_rate > 0, "must be > 0"),
+        ("max_grad_norm", config.max_grad_norm >= 0, "must be >= 0"),
+        ("mixed_precision", config.mixed_precision in MIXED_PRECISION, f"must be one of {MIXED_PRECISION}"),
+        ("attention_backend", config.attention_backend in ATTENTION_BACKENDS, f"must be one of {ATTENTION_BACKENDS}"),
+        ("block_size", config.block_size is None or config.block_size >= 1, "must be >= 1 or unset"),
+        ("save_dtype", config.save_dtype in SAVE_DTYPES, f"must be one of {SAVE_DTYPES}"),
+        ("save_every_steps", config.save_every_steps >= 0, "must be >= 0"),
+        ("keep_last_states", config.keep_last_states >= 1, "must be >= 1"),
+        ("log_every_steps", config.log_every_steps >= 1, "must be >= 1"),
+    ]
+
+
+def raise_first_bad_field(config, checks: list[tuple[str, bool, str]], what: str, error: type[Exception]) -> None:
+    for name, ok, rule in checks:
+        if not ok:
+            raise error(f"{what} config field {name!r} = {getattr(config, name)!r} {rule}")
 
 
 def sft_config_from_dict(values: dict[str, Any], source: str = "config") -> SFTConfig:
