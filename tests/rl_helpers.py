@@ -1,9 +1,14 @@
 """Fixtures for the RL tests: short tasks, a reward a tiny random policy can learn, a CPU-sized config, and a
 hand-written load_inline kernel (reference, skeleton, answer) for the reward tests."""
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
+from dice_copilot.model import load
 from dice_copilot.trainer.rl_config import RLConfig
 from dice_copilot.trainer.rl_data import RLTask
 from dice_copilot.trainer.rl_rewards import Reward
@@ -81,3 +86,49 @@ def answer(code: str) -> str:
 
 E2E = RLTask("add_one", REFERENCE, "prompt")
 INFILL = RLTask("add_one", REFERENCE, "prompt", prefix=PREFIX, suffix=SUFFIX)
+
+
+# A 3-step RL run of tiny_rl_config in each of several processes; each writes its metrics and how accelerate ran.
+TWO_PROCESS_RUN = """
+import json, os, sys
+from pathlib import Path
+
+import torch
+from accelerate import PartialState
+from rl_helpers import short_tasks, starts_with_a_space, tiny_rl_config
+
+from dice_copilot.trainer.rl import run_rl
+from dice_copilot.trainer.sft import build_model_and_tokenizer
+
+torch.set_num_threads(1)
+out, tokenizer_dir = Path(sys.argv[1]), Path(sys.argv[2])
+config = tiny_rl_config(out, tokenizer_dir, rl_steps=3, group_size=4, per_device_batch_size=2, grad_accum=2,
+                        kl_beta=0.01, save_every_steps=3)
+model, tokenizer = build_model_and_tokenizer(config)
+result = run_rl(config, model, tokenizer, short_tasks(), starts_with_a_space)
+(out / f"run-{os.environ['RANK']}.json").write_text(json.dumps(
+    {"history": result.history, "distributed_type": PartialState().distributed_type.name}))
+# Both processes leave together: a gloo process whose peer has already gone can abort as it exits.
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
+"""
+# Metrics that are wall-clock times, so differ between runs that are otherwise the same.
+TIMINGS = ("rollout_s", "reward_s", "train_s")
+
+
+def run_on_two_processes(tmp_path: Path, tokenizer_dir: Path, launcher: list[str]) -> list[dict]:
+    """TWO_PROCESS_RUN under `launcher` (python -m LAUNCHER script ...): both processes' records, checked to agree."""
+    script = tmp_path / "two.py"
+    script.write_text(TWO_PROCESS_RUN)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    done = subprocess.run([sys.executable, "-m", *launcher, str(script), str(tmp_path), str(tokenizer_dir)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [json.loads((tmp_path / f"run-{rank}.json").read_text()) for rank in (0, 1)]
+    untimed = [[{k: v for k, v in h.items() if k not in TIMINGS} for h in run["history"]] for run in runs]
+    assert untimed[0] == untimed[1]
+    assert [h["responses"] for h in runs[0]["history"]] == [16, 16, 16]
+    assert any(h["optimizer_steps"] for h in runs[0]["history"])
+    model, _ = load(tmp_path / "run" / "checkpoint")
+    assert model.config.block_size == 4
+    return runs

@@ -1,10 +1,10 @@
-"""BiC-RL on a CUDA GPU: the correct reward from the validator's GPU stage, and a run through the GPU paths (bf16
-rollout copy in the engine with CUDA graphs, flex-attention TraceRL rows, compiled layers)."""
+"""BiC-RL on CUDA GPUs: the correct reward from the validator's GPU stage, a run through the GPU paths (bf16 rollout
+copy in the engine with CUDA graphs, flex-attention TraceRL rows, compiled layers), and FSDP2 on two GPUs."""
 
 import pytest
 import torch
-from rl_helpers import CANDIDATE, E2E, answer, short_tasks, starts_with_a_space, tiny_rl_config
-from sft_helpers import make_tokenizer
+from rl_helpers import CANDIDATE, E2E, answer, run_on_two_processes, short_tasks, starts_with_a_space, tiny_rl_config
+from sft_helpers import FSDP2_TWO_GPUS, make_tokenizer
 
 from dice_copilot.trainer.rl import run_rl
 from dice_copilot.trainer.rl_rewards import KernelReward
@@ -33,3 +33,12 @@ def test_a_run_on_the_gpu_learns_the_reward(tmp_path):
     rewards = [h["reward_mean"] for h in result.history]
     assert torch.cuda.is_available()
     assert sum(rewards[-5:]) / 5 > 0.8, rewards
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_fsdp2_on_two_gpus_gathers_the_shards_for_the_rollouts_and_trains(tmp_path):
+    accelerate_config = tmp_path / "fsdp2.yaml"
+    accelerate_config.write_text(FSDP2_TWO_GPUS)
+    runs = run_on_two_processes(tmp_path, make_tokenizer(tmp_path / "tok"),
+                                ["accelerate.commands.launch", "--config_file", str(accelerate_config)])
+    assert [run["distributed_type"] for run in runs] == ["FSDP"] * 2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_helpers import MODULE, short_tasks, starts_with_a_space, tiny_rl_config
+from rl_helpers import TIMINGS, MODULE, run_on_two_processes, short_tasks, starts_with_a_space, tiny_rl_config
 from sft_helpers import make_tokenizer, write_jsonl
 
 from dice_copilot.model import load
@@ -22,7 +22,6 @@ from dice_copilot.trainer.rl_rewards import Reward
 from dice_copilot.trainer.sft import build_model_and_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-TIMINGS = ("rollout_s", "reward_s", "train_s")
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 @pytest.fixture(scope="module")
@@ -172,46 +171,13 @@ def test_shipped_stage_configs_parse_and_chain_stage_1_into_stage_2():
         assert config.reward == "correct" and config.task_files
 
 
-TWO_PROCESS_RUN = """
-import json, os, sys
-from pathlib import Path
-
-import torch
-from rl_helpers import short_tasks, starts_with_a_space, tiny_rl_config
-
-from dice_copilot.trainer.rl import run_rl
-from dice_copilot.trainer.sft import build_model_and_tokenizer
-
-torch.set_num_threads(1)
-out, tokenizer_dir = Path(sys.argv[1]), Path(sys.argv[2])
-config = tiny_rl_config(out, tokenizer_dir, rl_steps=3, group_size=4, per_device_batch_size=2, grad_accum=2,
-                        kl_beta=0.01, save_every_steps=3)
-model, tokenizer = build_model_and_tokenizer(config)
-result = run_rl(config, model, tokenizer, short_tasks(), starts_with_a_space)
-(out / f"history-{os.environ['RANK']}.json").write_text(json.dumps(result.history))
-# Both processes leave together: a gloo process whose peer has already gone can abort as it exits.
-torch.distributed.barrier()
-torch.distributed.destroy_process_group()
-"""
-
-
 @pytest.mark.slow
 def test_two_processes_share_the_tasks_and_train_one_policy(tmp_path, tokenizer_dir):
     """DDP (torchrun, gloo, 2 CPU processes): each process rolls out half the tasks, the kept responses are dealt
-    out again (a share that runs short trains a zero-weighted stand-in), and both log the same gathered metrics."""
-    script = tmp_path / "two.py"
-    script.write_text(TWO_PROCESS_RUN)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "tests")}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script),
-                           str(tmp_path), str(tokenizer_dir)], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    histories = [json.loads((tmp_path / f"history-{rank}.json").read_text()) for rank in (0, 1)]
-    untimed = [[{k: v for k, v in h.items() if k not in TIMINGS} for h in history] for history in histories]
-    assert untimed[0] == untimed[1]
-    assert [h["responses"] for h in histories[0]] == [16, 16, 16]
-    assert any(h["optimizer_steps"] for h in histories[0])
-    model, _ = load(tmp_path / "run" / "checkpoint")
-    assert model.config.block_size == 4
+    out again (a share that runs short trains a zero-weighted stand-in), and both log the same gathered metrics.
+    (accelerate shards with FSDP on GPUs only: FSDP2 is tested on two GPUs in test_rl_gpu.py.)"""
+    runs = run_on_two_processes(tmp_path, tokenizer_dir, ["torch.distributed.run", "--nproc_per_node", "2"])
+    assert [run["distributed_type"] for run in runs] == ["MULTI_CPU"] * 2
 
 
 ONE_UPDATE = """

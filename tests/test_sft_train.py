@@ -1,14 +1,12 @@
 """SFT runs on the CPU: overfitting, exact resume, outputs the server loads, train -> engine loop, Qwen3 conversion."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from sft_helpers import kernel_source, make_tokenizer, prompt_for, records, tiny_sft_config, write_jsonl
+from sft_helpers import (assert_two_processes_match_one, kernel_source, make_tokenizer, parameters_of, prompt_for,
+                         records, tiny_sft_config, write_jsonl)
 
 from dice_copilot.model import load
 from dice_copilot.trainer import sft
@@ -27,11 +25,6 @@ def tokenizer_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def kernels_file(tmp_path_factory):
     return write_jsonl(tmp_path_factory.mktemp("data") / "kernels.jsonl", records())
-
-
-def parameters_of(checkpoint_dir):
-    model, _ = load(checkpoint_dir, dtype=torch.float32)
-    return model.state_dict()
 
 
 @pytest.mark.slow
@@ -205,66 +198,12 @@ def test_shipped_sft_configs_parse():
         assert config.train_files and config.output_dir, path
 
 
-FSDP2_ON_CPU = """\
-compute_environment: LOCAL_MACHINE
-distributed_type: FSDP
-mixed_precision: 'no'
-num_machines: 1
-num_processes: 2
-machine_rank: 0
-rdzv_backend: static
-same_network: true
-use_cpu: true
-fsdp_config:
-  fsdp_version: 2
-  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
-  fsdp_transformer_layer_cls_to_wrap: DecoderLayer
-  fsdp_reshard_after_forward: true
-  fsdp_offload_params: false
-  fsdp_cpu_ram_efficient_loading: false
-  fsdp_state_dict_type: SHARDED_STATE_DICT
-  fsdp_activation_checkpointing: false
-"""
-
-
-def assert_two_processes_match_one(tmp_path, tokenizer_dir, kernels_file, launcher: list[str]):
-    """Train 4 steps with 2 CPU processes started by `launcher` (no accumulation) and with 1 process (grad_accum 2):
-    same rows, same noise, same loss normalisation, so the same losses and weights up to float summation order."""
-    settings = dict(max_steps=4, per_device_batch_size=2, packing=False)
-    single = train_sft(tiny_sft_config(tmp_path / "one", kernels_file, tokenizer_dir, grad_accum=2, **settings))
-    config_file = tmp_path / "two.toml"
-    two_dir = tmp_path / "two" / "run"
-    config_file.write_text("\n".join([
-        'model = "tiny"', f'tokenizer = "{tokenizer_dir}"', f'train_files = ["{kernels_file}"]', "seq_len = 96",
-        "per_device_batch_size = 2", "grad_accum = 1", "max_steps = 4", "packing = false", "learning_rate = 3e-3",
-        "warmup_steps = 2", 'save_dtype = "float32"', f'output_dir = "{two_dir}"', "progress_bar = false",
-        "tensorboard = false", 'mixed_precision = "no"', "seed = 0", "log_every_steps = 1",
-    ]) + "\n")
-    launched = subprocess.run(
-        [sys.executable, "-m", *launcher, "-m", "dice_copilot.cli", "train", "sft", str(config_file)],
-        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300,
-    )
-    assert launched.returncode == 0, launched.stderr[-3000:]
-    losses = [json.loads(line)["loss"] for line in (two_dir / "metrics.jsonl").read_text().splitlines()]
-    assert losses == pytest.approx([loss for _, loss in single.losses], rel=1e-4)
-    expected, actual = parameters_of(single.checkpoint_dir), parameters_of(two_dir / "checkpoint")
-    assert expected.keys() == actual.keys()
-    assert all(torch.allclose(expected[n], actual[n], atol=1e-5) for n in expected)
-
-
-@pytest.mark.slow
-def test_fsdp2_over_two_cpu_processes_matches_one_process(tmp_path, tokenizer_dir, kernels_file):
-    """The shipped FSDP2 setup (per-layer sharding through accelerate, tied embeddings, clipping of sharded
-    gradients) on 2 gloo processes."""
-    accelerate_config = tmp_path / "fsdp2_cpu.yaml"
-    accelerate_config.write_text(FSDP2_ON_CPU)
-    assert_two_processes_match_one(tmp_path, tokenizer_dir, kernels_file,
-                                   ["accelerate.commands.launch", "--config_file", str(accelerate_config)])
 
 
 @pytest.mark.slow
 def test_two_cpu_processes_match_one_process_with_the_same_global_batch(tmp_path, tokenizer_dir, kernels_file):
-    """DDP (torchrun, gloo, 2 CPU processes)."""
+    """DDP (torchrun, gloo, 2 CPU processes). accelerate runs FSDP on GPUs only (on CPU processes an FSDP config
+    falls back to DDP), so FSDP2 is tested on two GPUs in test_sft_gpu.py."""
     assert_two_processes_match_one(tmp_path, tokenizer_dir, kernels_file,
                                    ["torch.distributed.run", "--nproc_per_node", "2"])
 
