@@ -12,7 +12,7 @@ from dice_copilot.trainer.rl_rewards import group_advantages
 from dice_copilot.trainer.rl_trace import (
     TraceSample, collate_trace_rows, policy_logprobs, split_rounds, trace_loss, trace_row,
 )
-from dice_copilot.trainer.sft_loss import CLEAN, dense_layout_mask
+from dice_copilot.trainer.sft_loss import CLEAN, FlexMaskBuilder, dense_layout_mask
 
 MASK, PAD = 511, 0
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
@@ -200,3 +200,21 @@ def test_group_advantages_are_z_scores_within_each_group():
                                                                 -1 / math.sqrt(3), -1 / math.sqrt(3)])
     with pytest.raises(ValueError, match="groups of 4"):
         group_advantages([1, 0, 0], 4)
+
+
+def test_one_flex_mask_function_serves_rows_of_every_width(model):
+    """RL batches vary in rows and width; the flex-attention mask_mod keeps one closure (compiled layers need not
+    recompile for a new one) and matches the dense mask on each batch."""
+    builder = FlexMaskBuilder()
+    wide = collate_trace_rows([trace_row(TraceSample([5] * 9, list(range(20, 50)), list(range(30)), 1.0), 4, MASK,
+                                         PAD)] * 2, PAD)
+    narrow = collate_trace_rows([trace_row(TraceSample([5, 6, 7], [20, 21, 22], [0, 1, 1], 1.0), 4, MASK, PAD)], PAD)
+    builder.layout_mask(*wide.layout)
+    mask_mod = builder._mask_mod
+    for batch in (narrow, wide):
+        builder.layout_mask(*batch.layout)
+        assert builder._mask_mod is mask_mod
+        rows, total = batch.segments.shape
+        b, q, kv = (torch.arange(n).view(shape) for n, shape in
+                    ((rows, (-1, 1, 1)), (total, (1, -1, 1)), (total, (1, 1, -1))))
+        assert torch.equal(mask_mod(b, None, q, kv), dense_layout_mask(*batch.layout)[:, 0])

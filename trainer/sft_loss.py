@@ -125,7 +125,9 @@ class FlexMaskBuilder:
     """Builds the same mask as a flex-attention BlockMask (sparse 128x128 tiles), for long rows on the GPU.
 
     Every BlockMask it returns shares one mask_mod reading persistent index buffers (refilled per batch), so the
-    compiled layers see the same function each step instead of recompiling for a new closure.
+    compiled layers see the same function each step instead of recompiling for a new closure. The buffers only
+    grow: a batch of fewer rows or a shorter width (RL rows vary) fills their leading part, the only part the
+    mask_mod reads.
     """
 
     def __init__(self):
@@ -139,19 +141,19 @@ class FlexMaskBuilder:
         """The BlockMask of a (segments, copies, blocks) layout, as `dense_layout_mask`."""
         if create_block_mask is None:
             raise RuntimeError("this torch has no flex-attention; set attention_backend = 'dense'")
-        layout = (segments, copies, blocks)
+        rows, total = segments.shape
         current = self._buffers
-        if current is None or current[0].shape != segments.shape or current[0].device != segments.device:
-            buffers = tuple(t.clone() for t in layout)
+        if (current is None or current[0].device != segments.device or rows > current[0].shape[0]
+                or total > current[0].shape[1]):
+            size = (rows, total) if current is None else (max(rows, current[0].shape[0]), max(total, current[0].shape[1]))
+            buffers = tuple(torch.zeros(size, dtype=t.dtype, device=t.device) for t in (segments, copies, blocks))
 
             def mask_mod(b, h, q, kv):
                 return visible(*buffers, b, q, kv)
 
             self._buffers, self._mask_mod = buffers, mask_mod
-        else:
-            for buffer, values in zip(current, layout):
-                buffer.copy_(values)
-        rows, total = segments.shape
+        for buffer, values in zip(self._buffers, (segments, copies, blocks)):
+            buffer[:rows, :total].copy_(values)
         return create_block_mask(
             self._mask_mod, B=rows, H=None, Q_LEN=total, KV_LEN=total, device=segments.device,
             _compile=segments.device.type == "cuda",
