@@ -17,7 +17,7 @@ from dice_copilot.model.prompts import infill_prompt
 from dice_copilot.trainer import rl, sft
 from dice_copilot.trainer.rl import RLError, run_rl, train_rl
 from dice_copilot.trainer.rl_config import RLConfig, RLConfigError, load_rl_config
-from dice_copilot.trainer.rl_data import RLDataError, load_rl_tasks, tasks_for_step
+from dice_copilot.trainer.rl_data import RLDataError, RLTask, load_rl_tasks, tasks_for_step
 from dice_copilot.trainer.rl_rewards import Reward
 from dice_copilot.trainer.sft import build_model_and_tokenizer
 
@@ -42,6 +42,22 @@ def test_the_policy_learns_to_earn_the_reward(tmp_path, tokenizer_dir):
     assert sum(rewards[-5:]) / 5 > 0.8
     assert all(h["optimizer_steps"] >= 1 for h in result.history[:5])
     assert result.history[-1]["kl"] >= 0
+
+
+def test_held_out_tasks_are_scored_greedily_on_schedule_and_change_no_training(tmp_path, tokenizer_dir):
+    model, tokenizer = build_model_and_tokenizer(tiny_rl_config(tmp_path, tokenizer_dir))
+    held_out = [RLTask("h0", MODULE, "<|im_start|>user\nWrite the CUDA tanh kernel.<|im_end|>\n<|im_start|>assistant\n"),
+                RLTask("h1", MODULE, "<|im_start|>user\nWrite the CUDA exp kernel.<|im_end|>\n<|im_start|>assistant\n")]
+    evaluated = run_rl(tiny_rl_config(tmp_path / "a", tokenizer_dir, rl_steps=5, eval_every_steps=2), model,
+                       tokenizer, short_tasks(), starts_with_a_space, held_out=held_out)
+    plain = run(tiny_rl_config(tmp_path / "b", tokenizer_dir, rl_steps=5))
+    assert ["eval_reward_mean" in h for h in evaluated.history] == [False, True, False, True, True]
+    assert all(h["eval_reward_mean"] in (0.0, 0.5, 1.0) for h in evaluated.history if "eval_reward_mean" in h)
+
+    def training(history):
+        return [{k: v for k, v in h.items() if k not in TIMINGS and not k.startswith("eval_")} for h in history]
+
+    assert training(evaluated.history) == training(plain.history)
 
 
 def test_a_step_whose_groups_all_scored_alike_trains_nothing(tmp_path, tokenizer_dir):
@@ -88,12 +104,14 @@ def test_the_command_runs_a_stage_on_cuke_tasks_and_writes_what_the_server_loads
     text earns nothing, so the step trains nothing, but every output is written."""
     write_jsonl(tmp_path / "e2e_tasks.jsonl", [{"id": "relu", "level": 1, "pytorch_code": MODULE},
                                               {"id": "tanh", "level": 1, "pytorch_code": MODULE.replace("relu", "tanh")}])
+    write_jsonl(tmp_path / "eval_heldout.jsonl", [{"id": "gelu", "pytorch_code": MODULE.replace("relu", "gelu"),
+                                                   "prefix": "", "middle": "", "suffix": ""}])
     config = tmp_path / "stage2.toml"
     config.write_text("\n".join([
         'model = "tiny"', f'tokenizer = "{tokenizer_dir}"', 'task_files = ["e2e_tasks.jsonl"]', 'stage = "e2e"',
         'reward = "compiles"', "rl_steps = 1", "tasks_per_step = 2", "group_size = 2", "max_new_tokens = 4",
         "max_prompt_tokens = 4000", 'mixed_precision = "no"', 'output_dir = "run"', "progress_bar = false",
-        "tensorboard = true", "log_completions = 2",
+        "tensorboard = true", "log_completions = 2", 'eval_files = ["eval_heldout.jsonl"]', "eval_every_steps = 1",
     ]) + "\n")
     done = subprocess.run([sys.executable, "-m", "dice_copilot.cli", "train", "rl", str(config)],
                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
@@ -104,6 +122,7 @@ def test_the_command_runs_a_stage_on_cuke_tasks_and_writes_what_the_server_loads
     assert model.config.block_size == 4 and tokenizer.mask_token_id == model.config.mask_token_id
     [metrics] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics["responses"] == 4 and metrics["compile_rate"] == 0 and metrics["groups_kept"] == 0
+    assert metrics["eval_reward_mean"] == 0 and metrics["eval_completion_tokens"] == 4
     rollouts = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert [r["task"] for r in rollouts] == ["relu", "relu"]
     assert all(r["summary"] == "no code block in the answer" and r["tokens"] == 4 for r in rollouts)
@@ -133,11 +152,14 @@ def test_tasks_too_long_are_dropped_when_read_and_steps_walk_the_file_in_order(t
             for i in range(4)]
     files = [str(write_jsonl(tmp_path / "infill.jsonl", rows))]
     second = len(tokenizer.encode(infill_prompt(rows[1]["pytorch_code"], "p", "s")))
+    rows.append({"id": "unsplit", "pytorch_code": MODULE, "prefix": "", "suffix": ""})  # as in eval_heldout.jsonl
+    files = [str(write_jsonl(tmp_path / "infill.jsonl", rows))]
     tasks, stats = load_rl_tasks(files, "infill", tokenizer, max_prompt_tokens=second)
-    assert [t.id for t in tasks] == ["op0", "op1"] and stats.dropped_too_long == 2 and stats.records == 4
+    assert [t.id for t in tasks] == ["op0", "op1"] and stats.dropped_too_long == 2 and stats.records == 5
+    assert stats.dropped_no_skeleton == 1
     assert tasks[0].prefix == "p" and "The corresponding CUDA kernel prefix" in tasks[0].prompt
     assert [t.id for t in tasks_for_step(tasks, 1, 3)] == ["op1", "op0", "op1"]
-    with pytest.raises(RLDataError, match="longer than max_prompt_tokens = 10"):
+    with pytest.raises(RLDataError, match="4 with a prompt longer than max_prompt_tokens = 10"):
         load_rl_tasks(files, "infill", tokenizer, max_prompt_tokens=10)
     with pytest.raises(RLDataError, match="needs string field"):
         load_rl_tasks([str(write_jsonl(tmp_path / "bad.jsonl", [{"pytorch_code": MODULE}]))], "infill", tokenizer,
@@ -168,7 +190,8 @@ def test_shipped_stage_configs_parse_and_chain_stage_1_into_stage_2():
     assert stage2.model == str(Path(stage1.output_dir) / "checkpoint")
     for config in (stage1, stage2):
         assert (config.tasks_per_step, config.group_size, config.learning_rate, config.kl_beta) == (64, 16, 1e-6, 0.01)
-        assert config.reward == "correct" and config.task_files
+        assert config.reward == "correct" and config.task_files and config.eval_files
+        assert "kernelbench" not in " ".join(config.task_files + config.eval_files).lower()
 
 
 @pytest.mark.slow

@@ -83,11 +83,15 @@ def train_rl(config: RLConfig, reward_fn=None) -> RLResult:
               f"prompt over {config.max_prompt_tokens} tokens), {config.rl_steps} steps of {config.tasks_per_step} "
               f"tasks x {config.group_size}; model {model.config.num_parameters / 1e6:.1f}M parameters",
               file=sys.stderr)
+    held_out = []
+    if config.eval_files:
+        held_out, _ = load_rl_tasks(config.eval_files, config.stage, tokenizer, config.max_prompt_tokens)
+        held_out = held_out[: config.eval_tasks or None]
     own_reward = reward_fn is None
     if own_reward:
         reward_fn = kernel_reward_for(config, accelerator)
     try:
-        return run_rl(config, model, tokenizer, tasks, reward_fn, accelerator)
+        return run_rl(config, model, tokenizer, tasks, reward_fn, accelerator, held_out)
     finally:
         if own_reward:
             reward_fn.close()
@@ -112,8 +116,10 @@ def rollout_seed(run_seed: int, step: int, rank: int) -> int:
     return (run_seed * 0x9E3779B1 + step * 0x85EBCA77 + rank * 0xC2B2AE3D + 1) % (2**63 - 1)
 
 
-def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, accelerator=None) -> RLResult:
-    """The RL loop over a built model and loaded tasks (see the module docstring)."""
+def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, accelerator=None,
+           held_out: list[RLTask] = ()) -> RLResult:
+    """The RL loop over a built model and loaded tasks (see the module docstring); `held_out` tasks are answered
+    greedily every `eval_every_steps` steps and after the last (eval_* metrics of that step)."""
     from dice_copilot.model.engine import BlockDiffusionEngine
 
     accelerator = accelerator or make_accelerator(config)
@@ -158,6 +164,8 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
     try:
         for step in range(state.step, config.rl_steps):
             metrics = run_step(step, tasks_for_step(tasks, step, config.tasks_per_step))
+            if held_out and ((step + 1) % config.eval_every_steps == 0 or step + 1 == config.rl_steps):
+                metrics.update(run_step.evaluate(held_out))
             state.step = step + 1
             state.history.append({"step": state.step, **metrics})
             logger.log_step(state.step, {"reward": f"{metrics['reward_mean']:.3f}",
@@ -197,12 +205,16 @@ class _StepRunner:
         self.world, self.rank = accelerator.num_processes, accelerator.process_index
 
     def __call__(self, step: int, step_tasks: list[RLTask]) -> dict:
+        from dice_copilot.model.engine import DecodingPolicy
+
         config, group = self.config, self.config.group_size
         mine = step_tasks[self.rank::self.world]  # whole groups per process: advantages need no exchange
         started = time.perf_counter()
         self._sync_rollout_weights()
         prompts = [self.tokenizer.encode(task.prompt) for task in mine]
-        generations = self._rollouts(prompts, rollout_seed(config.seed, step, self.rank))
+        policy = DecodingPolicy(config.strategy, config.threshold, config.temperature, config.top_k, config.top_p,
+                                seed=rollout_seed(config.seed, step, self.rank))
+        generations = self._rollouts(prompts, policy, group)
         rolled = time.perf_counter()
         group_tasks = [task for task in mine for _ in range(group)]
         rewards = self.reward_fn(group_tasks, [g.text for g in generations]) if generations else []
@@ -225,6 +237,25 @@ class _StepRunner:
         metrics.update(rollout_s=rolled - started, reward_s=rewarded - rolled, train_s=time.perf_counter() - rewarded)
         return metrics
 
+    def evaluate(self, held_out: list[RLTask]) -> dict:
+        """One greedy answer to each held-out task (this process's share) under the current weights, rewarded
+        like the rollouts: the eval_* metrics."""
+        from dice_copilot.model.engine import DecodingPolicy
+
+        mine = held_out[self.rank::self.world]
+        self._sync_rollout_weights()
+        policy = DecodingPolicy(self.config.strategy, self.config.threshold)  # temperature 0: greedy
+        generations = self._rollouts([self.tokenizer.encode(task.prompt) for task in mine], policy, 1)
+        rewards = self.reward_fn(mine, [g.text for g in generations]) if generations else []
+        records = [_rollout_record(task, g, r) for task, g, r in zip(mine, generations, rewards)]
+        if self.world > 1:
+            from accelerate.utils import gather_object
+
+            records = gather_object(records)
+        metrics = _rollout_metrics(records, 0, 1)
+        return {f"eval_{name}": metrics[name] for name in ("reward_mean", "correct_rate", "compile_rate",
+                                                              "completion_tokens", "stop_rate", "tokens_per_forward")}
+
     def _sync_rollout_weights(self) -> None:
         """The rollout copy takes the policy's current weights, in place (the engine's fused views and captured
         graphs point at them); sharded (FSDP2) tensors are gathered whole first."""
@@ -234,18 +265,16 @@ class _StepRunner:
         if self.engine.device.type == "cuda":
             torch.cuda.synchronize(self.engine.device)
 
-    def _rollouts(self, prompts: list[list[int]], seed: int) -> list:
-        """group_size responses per prompt, prompt-major, through a ContinuousBatcher sized to the free memory; the
-        cache is released afterwards for the optimizer steps."""
-        from dice_copilot.model.engine import ContinuousBatcher, DecodingPolicy, positions_needed
+    def _rollouts(self, prompts: list[list[int]], policy, copies: int) -> list:
+        """`copies` responses per prompt (prompt-major) decoded with `policy` (a DecodingPolicy) through a
+        ContinuousBatcher sized to the free memory; the cache is released afterwards for the optimizer steps."""
+        from dice_copilot.model.engine import ContinuousBatcher, positions_needed
 
         if not prompts:
             return []
         config = self.config
-        policy = DecodingPolicy(config.strategy, config.threshold, config.temperature, config.top_k, config.top_p,
-                                seed=seed)
         longest = positions_needed(max(map(len, prompts)), config.max_new_tokens, self.model_config.block_size)
-        rows = [p for p in prompts for _ in range(config.group_size)]
+        rows = [p for p in prompts for _ in range(copies)]
         results = [None] * len(rows)
         with ContinuousBatcher(self.engine, max_length=longest, policy=policy) as batcher:
             index = {batcher.submit(row, config.max_new_tokens, self.tokenizer.stop_token_ids): i

@@ -60,6 +60,14 @@ class RLConfig:
     tasks_per_step: int = 64
     # Responses sampled per task; advantages are z-scored within each group.
     group_size: int = 16
+    # Held-out tasks (CuKe's `eval_heldout.jsonl`: families and compositions no training pair has), answered once each
+    # with greedy decoding every `eval_every_steps` RL steps and after the last, for the reward and correct rate the
+    # policy reaches on work it was not trained on. Never KernelBench (held out for the final evaluation; DICE's
+    # released RL used its level 1 here). Empty: no evaluation.
+    eval_files: list[str] = field(default_factory=list)
+    eval_every_steps: int = 10
+    # The first N held-out tasks (0: all).
+    eval_tasks: int = 64
 
     # --- rollouts (the BlockDiffusionEngine) ---------------------------------------------------------------
     max_new_tokens: int = 4096
@@ -146,6 +154,8 @@ class RLConfig:
             ("rl_steps", self.rl_steps >= 1, "must be >= 1"),
             ("tasks_per_step", self.tasks_per_step >= 1, "must be >= 1"),
             ("group_size", self.group_size >= 2, "must be >= 2 (advantages compare the responses of a group)"),
+            ("eval_every_steps", self.eval_every_steps >= 1, "must be >= 1"),
+            ("eval_tasks", self.eval_tasks >= 0, "must be >= 0"),
             ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
             ("strategy", self.strategy in DECODING_STRATEGIES, f"must be one of {DECODING_STRATEGIES}"),
             ("threshold", 0 <= self.threshold <= 1, "must be in [0, 1]"),
@@ -175,6 +185,6 @@ def load_rl_config(path: str | Path, **overrides) -> RLConfig:
     """Read a TOML (.toml) or YAML (.yaml/.yml) file over the defaults; relative paths are taken from the file's
     folder (`model` too when that folder holds it). `overrides` (e.g. from the command line) win over the file."""
     values = read_config_values(path, "RL", RLConfigError, path_fields=("tokenizer", "output_dir"),
-                                path_list_fields=("task_files",))
+                                path_list_fields=("task_files", "eval_files"))
     values.update(overrides)
     return config_from_dict(RLConfig, values, "RL", RLConfigError, source=str(path))

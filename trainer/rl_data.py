@@ -34,6 +34,8 @@ class RLDataStats:
     kept: int
     dropped_too_long: int
     longest_prompt_tokens: int
+    # Infill records with neither prefix nor suffix (CuKe's held-out rows whose kernel it could not split).
+    dropped_no_skeleton: int = 0
 
 
 def check_task_files(files: list[str]) -> None:
@@ -63,13 +65,17 @@ def task_from_record(record: dict, stage: str, where: str) -> RLTask:
 
 
 def load_rl_tasks(files: list[str], stage: str, tokenizer, max_prompt_tokens: int) -> tuple[list[RLTask], RLDataStats]:
-    """The tasks of `files` in order, less those whose prompt is over `max_prompt_tokens` tokens."""
+    """The tasks of `files` in order, less those whose prompt is over `max_prompt_tokens` tokens (and, for infill,
+    those without a skeleton)."""
     check_task_files(files)
-    tasks, records, dropped, longest = [], 0, 0, 0
+    tasks, records, dropped, longest, unsplit = [], 0, 0, 0, 0
     for path in files:
         for where, record in json_objects(Path(path), RLDataError):
             records += 1
             task = task_from_record(record, stage, where)
+            if stage == "infill" and not task.prefix and not task.suffix:
+                unsplit += 1
+                continue
             length = len(tokenizer.encode(task.prompt))
             longest = max(longest, length)
             if length > max_prompt_tokens:
@@ -77,9 +83,10 @@ def load_rl_tasks(files: list[str], stage: str, tokenizer, max_prompt_tokens: in
                 continue
             tasks.append(task)
     if not tasks:
-        raise RLDataError(f"no task left of {records} in {', '.join(files)}: every prompt is longer than "
-                          f"max_prompt_tokens = {max_prompt_tokens} (the longest has {longest} tokens)")
-    return tasks, RLDataStats(records, len(tasks), dropped, longest)
+        raise RLDataError(f"no task left of {records} in {', '.join(files)}: {dropped} with a prompt longer than "
+                          f"max_prompt_tokens = {max_prompt_tokens} (the longest has {longest} tokens), {unsplit} "
+                          f"infill records without a prefix or suffix")
+    return tasks, RLDataStats(records, len(tasks), dropped, longest, unsplit)
 
 
 def tasks_for_step(tasks: list[RLTask], step: int, per_step: int) -> list[RLTask]:
