@@ -78,12 +78,12 @@ def test_an_interrupted_run_resumes_to_the_same_policy(tmp_path, tokenizer_dir, 
     interrupted = tiny_rl_config(tmp_path / "b", tokenizer_dir, **settings)
     log_step = sft.RunLogger.log_step
 
-    def crash_at_step_3(self, step, postfix, **values):
-        if step == 3:
-            raise KeyboardInterrupt
+    def crash_after_logging_step_3(self, step, postfix, **values):
         log_step(self, step, postfix, **values)
+        if step == 3:  # step 3 is in the logs, not in a saved state (every 2 steps)
+            raise KeyboardInterrupt
 
-    monkeypatch.setattr(sft.RunLogger, "log_step", crash_at_step_3)
+    monkeypatch.setattr(sft.RunLogger, "log_step", crash_after_logging_step_3)
     with pytest.raises(KeyboardInterrupt):
         run(interrupted)
     monkeypatch.setattr(sft.RunLogger, "log_step", log_step)
@@ -93,6 +93,11 @@ def test_an_interrupted_run_resumes_to_the_same_policy(tmp_path, tokenizer_dir, 
         return [{k: v for k, v in h.items() if k not in TIMINGS} for h in history]
 
     assert untimed(resumed.history) == untimed(straight.history)
+    # The logs hold each step once: what the crashed run wrote after its last state was dropped on resume.
+    logged = [json.loads(line)["step"] for line in (Path(interrupted.output_dir) / "metrics.jsonl").open()]
+    assert logged == [1, 2, 3, 4, 5]
+    rollouts = [json.loads(line)["step"] for line in (Path(interrupted.output_dir) / "rollouts.jsonl").open()]
+    assert rollouts == sorted(rollouts) and len(rollouts) == 5 * 8
     expected, _ = load(straight.checkpoint_dir, dtype=torch.float32)
     actual, _ = load(resumed.checkpoint_dir, dtype=torch.float32)
     assert all(torch.equal(a, b) for a, b in zip(expected.state_dict().values(), actual.state_dict().values()))

@@ -39,7 +39,7 @@ from .rl_rewards import KernelReward, Reward, RewardError, group_advantages
 from .rl_trace import TraceBatch, TraceSample, collate_trace_rows, policy_logprobs, trace_loss, trace_row
 from .sft import (
     CHECKPOINT_DIR, TRAINER_STATE_FILE, RunLogger, SFTError, attention_backend, build_model_and_tokenizer,
-    latest_state, make_accelerator, parse_overrides, save_run, write_loss_curve,
+    keep_steps_up_to, latest_state, make_accelerator, parse_overrides, save_run, write_loss_curve,
 )
 from .sft_config import SFTConfigError
 from .sft_loss import FlexMaskBuilder, dense_layout_mask
@@ -159,6 +159,8 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
             print(f"rl: resumed from {latest} at step {state.step}/{config.rl_steps}", file=sys.stderr)
 
     logger = RunLogger(config, output_dir, accelerator.is_main_process, state.step, config.rl_steps, "rl")
+    if accelerator.is_main_process:
+        keep_steps_up_to(output_dir / ROLLOUTS_FILE, state.step)
     run_step = _StepRunner(config, model, optimizer, rollout_model, engine, tokenizer, reward_fn, accelerator,
                            build_mask, FLEX_ROW_MULTIPLE if flex else 1)
     try:

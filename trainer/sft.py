@@ -471,6 +471,7 @@ class RunLogger:
         if not is_main:
             return
         output_dir.mkdir(parents=True, exist_ok=True)
+        keep_steps_up_to(output_dir / METRICS_FILE, first_step)
         self.metrics = (output_dir / METRICS_FILE).open("a")
         if config.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -505,6 +506,17 @@ class RunLogger:
         if self.writer is not None:
             self.writer.close()
         self.metrics.close()
+
+
+def keep_steps_up_to(path: Path, step: int) -> None:
+    """Drop the records of a JSONL log with a "step" past `step`: those a resumed run is about to redo (steps taken
+    after the state it resumes from), which would otherwise be in the log twice."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.strip() or json.loads(line).get("step", 0) <= step]
+    if len(kept) < len(lines):
+        path.write_text("".join(kept))
 
 
 def write_loss_curve(losses: list[list[float]], path: Path, label: str = "loss",
