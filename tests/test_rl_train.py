@@ -136,6 +136,15 @@ def test_the_command_runs_a_stage_on_cuke_tasks_and_writes_what_the_server_loads
     assert sorted(p.name for p in (run_dir / "state").iterdir()) == ["step-1"]
 
 
+def test_a_step_whose_every_verdict_blames_the_machine_stops_the_run(tmp_path, tokenizer_dir):
+    def broken_toolkit(tasks, texts):
+        return [Reward(0.0, summary="✗ this machine's CUDA toolkit lacks `x.h`", setup_failure=True) for _ in texts]
+
+    model, tokenizer = build_model_and_tokenizer(tiny_rl_config(tmp_path, tokenizer_dir))
+    with pytest.raises(RLError, match="every verdict of RL step 1 failed outside the kernel.*lacks `x.h`"):
+        run_rl(tiny_rl_config(tmp_path, tokenizer_dir), model, tokenizer, short_tasks(), broken_toolkit)
+
+
 def test_the_correct_reward_without_a_gpu_is_an_actionable_error(tmp_path, tokenizer_dir):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")

@@ -234,6 +234,9 @@ class _StepRunner:
             from accelerate.utils import gather_object
 
             samples, records = gather_object(samples), gather_object(records)
+        if all(r["setup_failure"] for r in records):  # all processes see the same gathered records
+            raise RLError(f"every verdict of RL step {step + 1} failed outside the kernel, so its rewards say nothing: "
+                          f"{records[0]['summary']}; fix the machine before training on these rewards")
         metrics = _rollout_metrics(records, len(samples), group)
         metrics.update(self._train(samples))
         metrics.update(rollout_s=rolled - started, reward_s=rewarded - rolled, train_s=time.perf_counter() - rewarded)
