@@ -230,10 +230,7 @@ class _StepRunner:
                             for i in members]
         records = [_rollout_record(task, g, r) for task, g, r in zip(group_tasks, generations, rewards)]
         self._write_completions(step, records, generations)
-        if self.world > 1:
-            from accelerate.utils import gather_object
-
-            samples, records = gather_object(samples), gather_object(records)
+        samples, records = self._gathered(samples, records)
         if all(r["setup_failure"] for r in records):  # all processes see the same gathered records
             raise RLError(f"every verdict of RL step {step + 1} failed outside the kernel, so its rewards say nothing: "
                           f"{records[0]['summary']}; fix the machine before training on these rewards")
@@ -252,14 +249,18 @@ class _StepRunner:
         policy = DecodingPolicy(self.config.strategy, self.config.threshold)  # temperature 0: greedy
         generations = self._rollouts([self.tokenizer.encode(task.prompt) for task in mine], policy, 1)
         rewards = self.reward_fn(mine, [g.text for g in generations]) if generations else []
-        records = [_rollout_record(task, g, r) for task, g, r in zip(mine, generations, rewards)]
-        if self.world > 1:
-            from accelerate.utils import gather_object
-
-            records = gather_object(records)
+        [records] = self._gathered([_rollout_record(task, g, r) for task, g, r in zip(mine, generations, rewards)])
         metrics = _rollout_metrics(records, 0, 1)
         return {f"eval_{name}": metrics[name] for name in ("reward_mean", "correct_rate", "compile_rate",
                                                               "completion_tokens", "stop_rate", "tokens_per_forward")}
+
+    def _gathered(self, *lists: list) -> tuple[list, ...]:
+        """Each list concatenated over the processes, in process order (as is, on one process)."""
+        if self.world == 1:
+            return lists
+        from accelerate.utils import gather_object
+
+        return tuple(gather_object(items) for items in lists)
 
     def _sync_rollout_weights(self) -> None:
         """The rollout copy takes the policy's current weights, in place (the engine's fused views and captured
