@@ -37,7 +37,9 @@ def test_correct_rewards_count_only_kernels_checked_on_a_gpu():
     compile_only = reward.reward_of(Verdict(stage="compile", passed=True, compile_only=True))
     assert compile_only.value == 0.0 and compile_only.compiled and not compile_only.correct
     wrong = reward.reward_of(Verdict(stage="compile", failure="output mismatch", failure_code="mismatch"))
-    assert wrong.value == 0.0 and not wrong.compiled
+    assert wrong.value == 0.0 and wrong.compiled and not wrong.correct
+    typo = reward.reward_of(Verdict(stage="static", failure="does not compile", failure_code="compile_error"))
+    assert typo.value == 0.0 and not typo.compiled
     broken = reward.reward_of(Verdict(failure="no toolkit header", failure_code="environment"))
     assert broken.value == 0.0 and broken.setup_failure
 
@@ -56,6 +58,6 @@ def test_compile_rewards_from_the_real_validator(tmp_path, monkeypatch):
     finally:
         reward.close()
     assert honest.value == 1.0 and honest.compiled, honest.summary
-    assert typo.value == 0.0 and "compile error" in typo.summary
+    assert typo.value == 0.0 and not typo.compiled and "compile error" in typo.summary
     assert cheat.value == 0.0 and "static check" in cheat.summary
     assert empty.value == 0.0 and empty.summary == "no code block in the answer"

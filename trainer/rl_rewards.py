@@ -93,7 +93,8 @@ class KernelReward:
         return rewards
 
     def reward_of(self, verdict) -> Reward:
-        compiled = verdict.stage in ("compile", "correct", "timed") and verdict.failure_code is None
+        # The stage reached: a kernel that compiled and then failed on the GPU still compiled.
+        compiled = verdict.stage in ("compile", "correct", "timed")
         setup_failure = verdict.failure_code in SETUP_FAILURES
         if setup_failure:
             print(f"rl: a verdict failed outside the kernel: {verdict.failure}", file=sys.stderr)
