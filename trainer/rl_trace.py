@@ -68,7 +68,7 @@ def trace_row(sample: TraceSample, block_size: int, mask_id: int, pad_id: int) -
     steps[prompt_len:prompt_len + response_len] = torch.tensor(sample.step_map)
     block_steps = steps.view(-1, block_size)
 
-    # round_of[b][j]: the c-th distinct response pass of block b, for c = 0..rounds-1 (never where it has fewer).
+    # round_steps[b, c]: the c-th distinct pass of block b's response tokens ("never" where it has fewer rounds).
     distinct = [sorted({s for s in row.tolist() if 0 <= s < never}) for row in block_steps]
     rounds = max(len(d) for d in distinct)
     round_steps = torch.full((length // block_size, rounds), never, dtype=torch.long)
