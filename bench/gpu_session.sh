@@ -14,6 +14,8 @@
 #   sft-multi     bench/sft_multigpu.py: 1 GPU vs DDP vs FSDP2 in fp32 and bf16 (issue 7; needs 2 GPUs), e.g.
 #                 `sft-multi --steps 40` (`--skip-fp32`: bf16 only; `--diagnose`: also FSDP2 in bf16 gather/reduce)
 #   server        bench/server_latency.py (issue 4)
+#   rl-rows       bench/rl_trace_rows.py: TraceRL rows packed vs one a round, forward + backward per response, by
+#                 default at the DICE-1.7B shape (1,500-token prompt, 4,096-token response)
 #   cuke          bench/cuke_build.py on a 600-pair sample (issue 6): throughput and stage breakdown
 #   cuke-corpus   bench/cuke_build.py on the whole built-in corpus at --scale 2.5, resuming from the committed
 #                 bench/cuke_progress.jsonl.xz; commit the returned cuke_progress.jsonl.xz in its place
@@ -48,6 +50,8 @@ case "$part" in
                       --timeout $(((limit - 30) / 3)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
     server)       timeout "$limit" python3 bench/server_latency.py --out "$out/$tag.json" "$@" 2>&1 \
                       | tee "$out/$tag.log" | tail -40 ;;
+    rl-rows)      timeout "$limit" python3 bench/rl_trace_rows.py --preset dice-1.7b --prompt 1500 --response 4096 \
+                      --responses 2 --out "$out/$tag.json" "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
     cuke)         timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \
                       --limit 600 --max-seconds $((limit - 110)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
     cuke-corpus)  timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \

@@ -24,9 +24,10 @@ from dice_copilot.trainer.rl_trace import TraceSample, collate_trace_rows, polic
 from dice_copilot.trainer.sft_loss import FlexMaskBuilder, dense_layout_mask
 
 
-def random_sample(generator: torch.Generator, prompt: int, response: int, vocab: int, block: int) -> TraceSample:
+def random_sample(generator: torch.Generator, prompt: int, response: int, config: DiceConfig) -> TraceSample:
     """A response whose every block (aligned to absolute positions: the first one shares the prompt tail) was
-    committed over 1..(its response tokens) passes. Token ids avoid the last id (the presets' mask token)."""
+    committed over 1..(its response tokens) passes; token ids are never the mask token."""
+    block = config.block_size
     first = (block - prompt % block) % block
     rest = response - first
     sizes = [first] * (first > 0) + [block] * (rest // block) + [rest % block] * (rest % block > 0)
@@ -35,9 +36,11 @@ def random_sample(generator: torch.Generator, prompt: int, response: int, vocab:
         passes = int(torch.randint(1, size + 1, (1,), generator=generator))
         steps += [step + p for p in sorted(torch.randint(0, passes, (size,), generator=generator).tolist())]
         step += passes
-    prompt_ids, response_ids = (torch.randint(0, vocab - 1, (n,), generator=generator).tolist()
-                                for n in (prompt, response))
-    return TraceSample(prompt_ids, response_ids, steps, 1.0)
+    def ids(n: int) -> list[int]:
+        drawn = torch.randint(0, config.vocab_size - 1, (n,), generator=generator)
+        return (drawn + (drawn >= config.mask_token_id).long()).tolist()  # skip the mask token's id
+
+    return TraceSample(ids(prompt), ids(response), steps, 1.0)
 
 
 def time_layout(model, batches, build_mask, device, repeats: int) -> tuple[float, torch.Tensor]:
@@ -76,13 +79,13 @@ def main() -> None:
     config = DiceConfig.from_name(args.preset, max_position_embeddings=max(8192, args.prompt + args.response + 8))
     torch.manual_seed(args.seed)
     model = DiceForBlockDiffusion(config).to(device).train()
+    model.gradient_checkpointing = True  # as the RL trainer runs (RLConfig.gradient_checkpointing)
     flex = device.type == "cuda"
     if flex:
         for layer in model.model.layers:
             layer.compile()
     generator = torch.Generator().manual_seed(args.seed)
-    samples = [random_sample(generator, args.prompt, args.response, config.vocab_size, config.block_size)
-               for _ in range(args.responses)]
+    samples = [random_sample(generator, args.prompt, args.response, config) for _ in range(args.responses)]
     packed = [trace_row(s, config.block_size, config.mask_token_id, config.pad_token_id) for s in samples]
     layouts = {
         "packed rounds (ours)": [collate_trace_rows([r], config.pad_token_id, 512 if flex else 1) for r in packed],
