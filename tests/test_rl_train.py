@@ -104,6 +104,14 @@ def test_an_interrupted_run_resumes_to_the_same_policy(tmp_path, tokenizer_dir, 
     assert any(h["optimizer_steps"] for h in straight.history)
 
 
+def test_resuming_with_another_schedule_says_it_is_not_exact(tmp_path, tokenizer_dir, capsys):
+    run(tiny_rl_config(tmp_path, tokenizer_dir, rl_steps=1, save_every_steps=1))
+    capsys.readouterr()
+    resumed = run(tiny_rl_config(tmp_path, tokenizer_dir, rl_steps=2, group_size=4))
+    assert len(resumed.history) == 2
+    assert "group_size changed since the saved state" in capsys.readouterr().err
+
+
 def test_the_command_runs_a_stage_on_cuke_tasks_and_writes_what_the_server_loads(tmp_path, tokenizer_dir):
     """`dice-copilot train rl` end to end on the DICE prompt format, with the compile reward (no GPU here): random
     text earns nothing, so the step trains nothing, but every output is written."""

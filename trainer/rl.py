@@ -46,6 +46,8 @@ from .sft_loss import FlexMaskBuilder, dense_layout_mask
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 REWARD_CURVE_FILE = "reward_curve.png"
+# What decides which tasks a step takes and what its rollouts sample: a resume with other values is not exact.
+SCHEDULE_FIELDS = ("stage", "task_files", "max_prompt_tokens", "tasks_per_step", "group_size", "seed")
 # TraceRL rows for flex attention are padded to a multiple of this many tokens (its tile is 128).
 FLEX_ROW_MULTIPLE = 512
 
@@ -155,8 +157,12 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
         accelerator.load_state(str(latest))
         saved = json.loads((latest / TRAINER_STATE_FILE).read_text())
         state = RLState(step=saved["step"], history=saved["history"], config=state.config)
+        changed = [k for k in SCHEDULE_FIELDS if saved["config"].get(k) != state.config[k]]
         if accelerator.is_main_process:
             print(f"rl: resumed from {latest} at step {state.step}/{config.rl_steps}", file=sys.stderr)
+            if changed:
+                print(f"rl: warning: {', '.join(changed)} changed since the saved state; the run goes on with the new "
+                      f"values from step {state.step + 1}, which is not an exact resume", file=sys.stderr)
 
     logger = RunLogger(config, output_dir, accelerator.is_main_process, state.step, config.rl_steps, "rl")
     if accelerator.is_main_process:
