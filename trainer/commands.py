@@ -9,6 +9,7 @@ TRAIN_MODULES = [
     "dice_copilot.trainer.sft",
     "dice_copilot.trainer.rl",
     "dice_copilot.trainer.cuke.commands",
+    "dice_copilot.trainer.corpus.commands",
 ]
 
 
