@@ -1,16 +1,16 @@
-"""The `dice-copilot train ...` command group: each trainer module listed here adds its own subcommand."""
+"""The `dice-copilot train ...` command group: tokenizer, CuKe data, SFT and RL."""
 
 import importlib
 
-# Each module exposes `register_train(train_subparsers)`, adding one `train <name>` subcommand with
-# `set_defaults(run=fn)`; `fn(args) -> int` is the exit code.
+# Modules that import nothing heavy add their own subcommand: each exposes `register_train(train_subparsers)`,
+# adding one `train <name>` subcommand with `set_defaults(run=fn)`; `fn(args) -> int` is the exit code.
 TRAIN_MODULES = [
     "dice_copilot.trainer.tokenizer_training",
-    "dice_copilot.trainer.sft",
-    "dice_copilot.trainer.rl",
     "dice_copilot.trainer.cuke.commands",
-    "dice_copilot.trainer.corpus.commands",
 ]
+
+MULTI_GPU_HINT = ("For several GPUs run it under `accelerate launch --config_file "
+                  "trainer/accelerate_configs/<setup>.yaml -m dice_copilot.cli`.")
 
 
 def register(subparsers) -> None:
@@ -25,6 +25,19 @@ def register(subparsers) -> None:
     parser.set_defaults(run=show_help)
     for name in TRAIN_MODULES:
         importlib.import_module(name).register_train(train_subparsers)
+    # sft and rl import torch when loaded, so their commands are declared here and load them only to run.
+    add_config_command(
+        train_subparsers, "sft", help="block-diffusion SFT (from scratch or from a SDAR/DICE/Qwen3 checkpoint)",
+        description="Block-diffusion SFT. CONFIG is a TOML or YAML file of SFTConfig fields (see "
+                    "dice_copilot/trainer/sft_config.py). " + MULTI_GPU_HINT,
+        config_class="SFTConfig", example="max_steps=100", run=_run_later("dice_copilot.trainer.sft", "run_train_sft"),
+    )
+    add_config_command(
+        train_subparsers, "rl", help="BiC-RL: TraceRL with execution rewards (stage 1 infill, stage 2 end-to-end)",
+        description="BiC-RL on a block-diffusion checkpoint. CONFIG is a TOML or YAML file of RLConfig fields (see "
+                    "dice_copilot/trainer/rl_config.py; DICE's two stages in trainer/rl_configs/). " + MULTI_GPU_HINT,
+        config_class="RLConfig", example="rl_steps=10", run=_run_later("dice_copilot.trainer.rl", "run_train_rl"),
+    )
 
 
 def add_config_command(train_subparsers, name: str, help: str, description: str, config_class: str, example: str,
@@ -35,3 +48,12 @@ def add_config_command(train_subparsers, name: str, help: str, description: str,
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override one config field (repeatable), e.g. --set {example}")
     parser.set_defaults(run=run)
+
+
+def _run_later(module: str, function: str):
+    """A run function that imports `module` only when the command runs."""
+
+    def run(args) -> int:
+        return getattr(importlib.import_module(module), function)(args)
+
+    return run

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import torch
 
-from .commands import add_config_command
 from .rl_config import RLConfig, RLConfigError, load_rl_config
 from .rl_data import RLDataError, RLTask, check_task_files, load_rl_tasks, tasks_for_step
 from .rl_rewards import KernelReward, Reward, RewardError, group_advantages
@@ -397,19 +396,8 @@ def _rollout_metrics(records: list[dict], trained: int, group_size: int) -> dict
 # --- command line -----------------------------------------------------------------------------------------------
 
 
-def register_train(train_subparsers) -> None:
-    """Add `train rl` to the `dice-copilot train` group."""
-    add_config_command(
-        train_subparsers, "rl", help="BiC-RL: TraceRL with execution rewards (stage 1 infill, stage 2 end-to-end)",
-        description="BiC-RL on a block-diffusion checkpoint. CONFIG is a TOML or YAML file of RLConfig fields "
-                    "(see dice_copilot/trainer/rl_config.py; DICE's two stages in trainer/rl_configs/). For several "
-                    "GPUs run it under `accelerate launch --config_file trainer/accelerate_configs/<setup>.yaml -m "
-                    "dice_copilot.cli`.",
-        config_class="RLConfig", example="rl_steps=10", run=_run_train_rl,
-    )
-
-
-def _run_train_rl(args) -> int:
+def run_train_rl(args) -> int:
+    """`dice-copilot train rl` (declared in trainer/commands.py)."""
     try:
         config = load_rl_config(args.config, **parse_overrides(args.set))
         result = train_rl(config)

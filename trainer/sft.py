@@ -23,7 +23,6 @@ from pathlib import Path
 
 import torch
 
-from .commands import add_config_command
 from .sft_config import SFTConfig, SFTConfigError, load_sft_config
 from .sft_data import RowStream, SFTDataError, SFTSample, check_train_files, load_sft_samples
 from .sft_loss import FlexMaskBuilder, add_noise, attention_pairs, dense_diffusion_mask, diffusion_loss_sum
@@ -569,18 +568,8 @@ def parse_overrides(items: list[str]) -> dict:
     return values
 
 
-def register_train(train_subparsers) -> None:
-    """Add `train sft` to the `dice-copilot train` group."""
-    add_config_command(
-        train_subparsers, "sft", help="block-diffusion SFT (from scratch or from a SDAR/DICE/Qwen3 checkpoint)",
-        description="Block-diffusion SFT. CONFIG is a TOML or YAML file of SFTConfig fields "
-                    "(see dice_copilot/trainer/sft_config.py). For several GPUs run it under "
-                    "`accelerate launch --config_file trainer/accelerate_configs/<setup>.yaml -m dice_copilot.cli`.",
-        config_class="SFTConfig", example="max_steps=100", run=_run_train_sft,
-    )
-
-
-def _run_train_sft(args) -> int:
+def run_train_sft(args) -> int:
+    """`dice-copilot train sft` (declared in trainer/commands.py)."""
     try:
         config = load_sft_config(args.config, **parse_overrides(args.set))
         result = train_sft(config)
