@@ -6,14 +6,17 @@ model.safetensors.index.json, tokenizer.json (+ HF side files), generation_confi
 
 import json
 import os
+import re
 import shutil
 import uuid
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+import yaml
 
 from .config import DiceConfig
 from .network import DiceForBlockDiffusion, RotaryEmbedding
@@ -26,11 +29,15 @@ CONFIG_FILE = "config.json"
 SINGLE_WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 GENERATION_CONFIG_FILE = "generation_config.json"
+# A Hugging Face model card: Markdown, optionally opened by YAML metadata between two `---` lines.
+MODEL_CARD_FILE = "README.md"
+LM_HEAD = "lm_head.weight"
+EMBEDDINGS = "model.embed_tokens.weight"
 # Hugging Face's default shard size.
 DEFAULT_MAX_SHARD_BYTES = 5_000_000_000
 
 UNTRAINED_WARNING = (
-    "WARNING: this checkpoint is UNTRAINED (random weights, marked dice_copilot_untrained in config.json); "
+    "WARNING: this checkpoint is UNTRAINED (random weights: marked so in its config.json or model card); "
     "its output is noise. Pass --checkpoint with a trained DICE checkpoint folder for real suggestions."
 )
 
@@ -84,8 +91,37 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def read_config(folder: Path) -> DiceConfig:
-    """DiceConfig from config.json (model_type sdar, qwen3 or ours)."""
-    path = folder / CONFIG_FILE
+    """DiceConfig from config.json (model_type sdar, qwen3 or ours), `untrained` when the folder says so."""
+    config = _read_config_json(folder / CONFIG_FILE)
+    if not config.untrained and model_card_says_untrained(folder):
+        config = replace(config, untrained=True)
+    return config
+
+
+def model_card_says_untrained(folder: Path) -> bool:
+    """True when the folder's model card (README.md) declares the model untrained where a card says what a model is:
+    `untrained` among the tags of its YAML metadata, or the word in its title (a `# ` heading as its first line after
+    the metadata). A mention in the body ("better than the untrained baseline") does not count."""
+    try:
+        text = (folder / MODEL_CARD_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    metadata = re.match(r"---[ \t]*\n(.*?)\n---[ \t]*(\n|$)", text, re.S)
+    if metadata:
+        try:
+            tags = (yaml.safe_load(metadata[1]) or {}).get("tags") or []
+        except (yaml.YAMLError, AttributeError):  # not metadata after all, or not a mapping
+            tags = []
+        if isinstance(tags, str):
+            tags = [tags]
+        if any(str(tag).strip().lower() == "untrained" for tag in tags):
+            return True
+        text = text[metadata.end():]
+    first_line = text.strip().partition("\n")[0]
+    return first_line.startswith("# ") and re.search(r"\buntrained\b", first_line, re.I) is not None
+
+
+def _read_config_json(path: Path) -> DiceConfig:
     raw = _read_json(path, "model configuration (config.json)")
     # transformers 5 writes "dtype" and "rope_parameters"; SDAR and transformers 4 "torch_dtype" and "rope_theta".
     if raw.get("torch_dtype") is None and isinstance(raw.get("dtype"), str):
@@ -139,7 +175,9 @@ def _is_ignorable(name: str) -> bool:
     return name.endswith("rotary_emb.inv_freq") or name.endswith(".inv_freq")
 
 
-def _read_weights(folder: Path, expected: dict[str, torch.Size], device, dtype) -> dict[str, torch.Tensor]:
+def _read_weights(folder: Path, expected: dict[str, torch.Size], device, dtype,
+                  optional: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
+    """The `expected` tensors from the folder's weight files; only those in `optional` may be absent."""
     shards, blame = _weight_files(folder)
     tensors: dict[str, torch.Tensor] = {}
     for shard, listed in shards.items():
@@ -155,7 +193,7 @@ def _read_weights(folder: Path, expected: dict[str, torch.Size], device, dtype) 
                         )
                 for name in names:
                     if name not in expected:
-                        if _is_ignorable(name) or name == "lm_head.weight":
+                        if _is_ignorable(name):
                             continue
                         raise CheckpointError(
                             f"{shard} holds tensor {name}, which this config.json's architecture does not have; "
@@ -174,7 +212,7 @@ def _read_weights(folder: Path, expected: dict[str, torch.Size], device, dtype) 
             raise CheckpointError(
                 f"{shard} is corrupt or truncated ({err}); download or copy it again"
             ) from err
-    missing = sorted(set(expected) - set(tensors))
+    missing = sorted(set(expected) - set(tensors) - optional)
     if missing:
         raise CheckpointError(
             f"{blame} is incomplete: {len(missing)} tensor(s) missing, e.g. {', '.join(missing[:5])}"
@@ -188,7 +226,8 @@ def load(
 ) -> tuple[DiceForBlockDiffusion, DiceTokenizer]:
     """(model in eval mode, tokenizer) from a checkpoint folder; None or "default" is the embedded checkpoint.
 
-    `dtype` defaults to the config's torch_dtype. Tied embeddings need no lm_head.weight in the files.
+    `dtype` defaults to the config's torch_dtype. Tied embeddings need no lm_head.weight in the files; one that is
+    there and differs from the embedding is loaded untied (see `_settle_tying`).
     """
     folder = resolve_checkpoint_dir(path_or_name)
     config = read_config(folder)
@@ -204,13 +243,13 @@ def load(
             f"{config.vocab_size}; the tokenizer belongs to another model"
         )
 
-    # Build on the meta device (no random init of billions of weights), then adopt the loaded tensors.
+    # Build untied on the meta device (no random init of billions of weights), then adopt the loaded tensors; the
+    # weight files decide with config.json whether lm_head then shares the embedding.
     with torch.device("meta"):
-        model = DiceForBlockDiffusion(config)
+        model = DiceForBlockDiffusion(replace(config, tie_word_embeddings=False))
     expected = {name: t.shape for name, t in model.state_dict().items() if not _is_ignorable(name)}
-    if config.tie_word_embeddings:
-        expected.pop("lm_head.weight", None)
-    tensors = _read_weights(folder, expected, device, target_dtype)
+    tensors = _read_weights(folder, expected, device, target_dtype, optional=frozenset({LM_HEAD}))
+    config = _settle_tying(folder, config, tensors)
     model.load_state_dict(tensors, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
@@ -218,6 +257,33 @@ def load(
     model.model.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta).to(device)
     model.config = replace(config, torch_dtype=_DTYPE_NAMES[target_dtype])
     return model.eval(), tokenizer
+
+
+def _settle_tying(folder: Path, config: DiceConfig, tensors: dict[str, torch.Tensor]) -> DiceConfig:
+    """The config with the lm_head tying the weights allow, as transformers (5.x) loads them: an lm_head.weight in
+    the files that differs from the embedding is never dropped for a tied config.json, but loaded untied with a
+    warning; one equal to the embedding is shared. An untied config.json needs the tensor."""
+    head = tensors.get(LM_HEAD)
+    if not config.tie_word_embeddings:
+        if head is None:
+            raise CheckpointError(
+                f"the weights in {folder} hold no {LM_HEAD}, but {folder / CONFIG_FILE} sets tie_word_embeddings "
+                f"false or leaves it out (which means untied for SDAR and Qwen3); if this model shares its input "
+                f"embedding with its output layer, add \"tie_word_embeddings\": true to config.json"
+            )
+        return config
+    if head is None:
+        return config
+    if torch.equal(head, tensors[EMBEDDINGS]):
+        del tensors[LM_HEAD]
+        return config
+    warnings.warn(
+        f"{folder / CONFIG_FILE} sets tie_word_embeddings true, but the weights hold an {LM_HEAD} that differs from "
+        f"{EMBEDDINGS}: loading them untied, as transformers does. Set tie_word_embeddings to false in config.json "
+        f"to silence this warning",
+        stacklevel=3,
+    )
+    return replace(config, tie_word_embeddings=False)
 
 
 # --- saving ----------------------------------------------------------------------------------------------------
@@ -260,7 +326,7 @@ def _write_checkpoint(model: DiceForBlockDiffusion, tokenizer: DiceTokenizer, fo
     # A copy: weights of a fused model (fuse_projections) are views of one tensor, which safetensors refuses.
     state = {name: t.detach().to("cpu", copy=True) for name, t in model.state_dict().items() if not _is_ignorable(name)}
     if config.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
+        state.pop(LM_HEAD, None)
     dtypes = {t.dtype for t in state.values()}
     stored_dtype = _DTYPE_NAMES.get(dtypes.pop(), "float32") if len(dtypes) == 1 else config.torch_dtype
 

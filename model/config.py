@@ -2,8 +2,20 @@
 
 from dataclasses import asdict, dataclass, fields
 
-# Hugging Face `model_type` values whose config.json we read: DICE/SDAR checkpoints, plain Qwen3, and ours.
-SUPPORTED_MODEL_TYPES = ("sdar", "qwen3", "dice")
+# What a config.json that leaves a key out (or sets it to null) means: the default of the configuration class of its
+# model_type, not of DiceConfig. transformers' Qwen3Config defaults to an untied lm_head and head_dim 128 (not
+# hidden_size / num_attention_heads); SDAR's configuration class is Qwen3's renamed and has the same defaults.
+# tests/test_model_checkpoint.py checks this table against the installed transformers' Qwen3Config. Our own "dice"
+# type keeps DiceConfig's defaults (we write every key anyway, under model_type "sdar").
+QWEN3_CONFIG_DEFAULTS: dict = dict(
+    vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=32, head_dim=128, rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=32768,
+    tie_word_embeddings=False, attention_bias=False,
+)
+# Keyed by the Hugging Face `model_type` values whose config.json we read: DICE/SDAR checkpoints, plain Qwen3, ours.
+MODEL_TYPE_DEFAULTS: dict[str, dict] = {"sdar": QWEN3_CONFIG_DEFAULTS, "qwen3": QWEN3_CONFIG_DEFAULTS, "dice": {}}
+SUPPORTED_MODEL_TYPES = tuple(MODEL_TYPE_DEFAULTS)
+
 
 # Qwen2/Qwen3 tokenizer ids used by DICE (dice-method.md §2.1).
 QWEN_ENDOFTEXT_ID = 151643
@@ -65,15 +77,16 @@ class DiceConfig:
                 f"config.json has model_type {model_type!r}; expected one of {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
         known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in d.items() if k in known and v is not None}
-        if "head_dim" not in d or d["head_dim"] is None:
-            values["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
+        given = {k: v for k, v in d.items() if k in known and v is not None}
+        values = {**MODEL_TYPE_DEFAULTS[model_type], **given}
+        if "num_key_value_heads" in d and d["num_key_value_heads"] is None:  # Qwen3Config: one KV head per query head
+            values["num_key_value_heads"] = values.get("num_attention_heads", cls.num_attention_heads)
         if isinstance(values.get("eos_token_id"), list):
             values["eos_token_id"] = values["eos_token_id"][0]
         values["untrained"] = bool(d.get("dice_copilot_untrained", False))
         if model_type == "qwen3":
             # A causal Qwen3 has no mask token yet; trainer/ adds one (the id SDAR uses when it fits).
-            values.setdefault("mask_token_id", min(SDAR_MASK_TOKEN_ID, values.get("vocab_size", 151936) - 1))
+            values.setdefault("mask_token_id", min(SDAR_MASK_TOKEN_ID, values["vocab_size"] - 1))
         return cls(**values)
 
     def to_hf_dict(self) -> dict:

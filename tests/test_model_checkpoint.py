@@ -1,4 +1,5 @@
-"""Checkpoint loading and saving: HF Qwen3 parity, the SDAR layout, dtypes, corrupt folders, atomic save."""
+"""Checkpoint loading and saving: HF Qwen3 parity, the SDAR layout and its defaults, lm_head tying, untrained marks,
+dtypes, corrupt folders, atomic save."""
 
 import json
 import shutil
@@ -8,6 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dice_copilot.model import CheckpointError, load, save
+from dice_copilot.model.config import QWEN3_CONFIG_DEFAULTS, DiceConfig
 from dice_copilot.model.masks import causal_mask
 from model_helpers import VOCAB_SIZE, hf_qwen3, positions, save_hf_checkpoint, save_sdar_layout
 
@@ -104,6 +106,105 @@ def test_save_refuses_to_replace_a_folder_that_is_not_a_checkpoint(hf_folder, tm
     with pytest.raises(CheckpointError, match="not a checkpoint"):
         save(model, tokenizer, precious)
     assert (precious / "thesis.tex").read_text() == "keep me"
+
+
+# --- what config.json leaves out, and lm_head tying ---------------------------------------------------------------
+
+
+def edit_config(folder, drop=(), **values):
+    config = json.loads((folder / "config.json").read_text())
+    config = {key: value for key, value in config.items() if key not in drop}
+    (folder / "config.json").write_text(json.dumps({**config, **values}))
+
+
+def test_missing_keys_mean_what_transformers_qwen3config_says():
+    from transformers import Qwen3Config
+
+    reference = Qwen3Config()
+    rope_theta = getattr(reference, "rope_theta", None) or reference.rope_parameters["rope_theta"]
+    assert QWEN3_CONFIG_DEFAULTS == {key: rope_theta if key == "rope_theta" else getattr(reference, key)
+                                     for key in QWEN3_CONFIG_DEFAULTS}
+    for model_type in ("sdar", "qwen3"):
+        config = DiceConfig.from_hf_dict({"model_type": model_type, "num_attention_heads": 16,
+                                          "num_key_value_heads": None})
+        assert config.tie_word_embeddings is False and config.head_dim == 128 and config.rope_theta == 10000.0
+        assert config.num_key_value_heads == 16  # null: one KV head per query head, as Qwen3Config reads it
+    assert DiceConfig.from_hf_dict({"model_type": "dice"}) == DiceConfig()
+
+
+def test_sdar_config_without_tie_and_head_dim_loads_untied_with_head_dim_128(tmp_path):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    # head_dim is left at Qwen3's 128, which is not hidden_size / num_attention_heads (32).
+    hf = Qwen3ForCausalLM(Qwen3Config(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                      tie_word_embeddings=False, eos_token_id=0, pad_token_id=0)).eval()
+    explicit = save_sdar_layout(hf, tmp_path / "explicit", shards=1, dtype=torch.float32)
+    implicit = save_sdar_layout(hf, tmp_path / "implicit", shards=1, dtype=torch.float32)
+    edit_config(implicit, drop=("tie_word_embeddings", "head_dim"))
+    model, _ = load(implicit)
+    assert model.config.head_dim == 128 and model.config.tie_word_embeddings is False
+    assert torch.equal(model.lm_head.weight, hf.lm_head.weight)
+    assert torch.equal(our_causal_logits(model), our_causal_logits(load(explicit)[0]))
+
+
+def test_a_tied_config_never_drops_a_different_lm_head_from_the_files(sdar_folder):
+    untied, _ = load(sdar_folder)
+    edit_config(sdar_folder, tie_word_embeddings=True)
+    with pytest.warns(UserWarning, match=r"tie_word_embeddings true.*lm_head\.weight that differs.*untied"):
+        model, _ = load(sdar_folder)
+    assert model.config.tie_word_embeddings is False
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    assert torch.equal(model.lm_head.weight, untied.lm_head.weight)
+    assert torch.equal(our_causal_logits(model), our_causal_logits(untied))
+
+
+def test_a_tied_config_shares_an_lm_head_equal_to_the_embedding(tmp_path, recwarn):
+    hf = hf_qwen3(tie=False)
+    with torch.no_grad():
+        hf.lm_head.weight.copy_(hf.model.embed_tokens.weight)
+    folder = save_sdar_layout(hf, tmp_path / "sdar", shards=2, dtype=torch.float32)
+    edit_config(folder, tie_word_embeddings=True)
+    model, _ = load(folder)
+    assert model.config.tie_word_embeddings is True
+    assert not [w for w in recwarn.list if "tie_word_embeddings" in str(w.message)]
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+
+@pytest.mark.parametrize("config_says", [dict(tie_word_embeddings=False), dict(drop=("tie_word_embeddings",))])
+def test_an_untied_config_without_lm_head_in_the_files_says_how_to_fix_it(tmp_path, config_says):
+    folder = save_sdar_layout(hf_qwen3(tie=True), tmp_path / "sdar", shards=2, dtype=torch.float32)
+    edit_config(folder, **config_says)
+    with pytest.raises(CheckpointError, match=r"hold no lm_head\.weight.*\"tie_word_embeddings\": true"):
+        load(folder)
+
+
+# --- untrained marks ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("card, untrained", [
+    (None, False),
+    ("# DICE-tiny, untrained\n\nRandom weights for plumbing tests.\n", True),
+    ("---\nlicense: apache-2.0\ntags:\n- dice\n- untrained\n---\n# DICE-tiny\n", True),
+    ("---\ntags: untrained\n---\n", True),
+    ("---\ntags: [dice, sft]\n---\n\n# DICE-tiny SFT\n\nFar better than the untrained baseline.\n", False),
+    ("Notes first.\n\n# Untrained ablation\n", False),  # a heading further down is not the title
+    ("---\n: not yaml [\n---\n# DICE-tiny\n", False),
+], ids=["no card", "title", "tags", "one tag", "body mention", "later heading", "bad metadata"])
+def test_the_model_card_can_mark_a_checkpoint_untrained(sdar_folder, card, untrained):
+    if card is not None:
+        (sdar_folder / "README.md").write_text(card)
+    model, _ = load(sdar_folder)
+    assert model.config.untrained is untrained
+
+
+def test_config_json_marks_a_checkpoint_untrained_and_save_keeps_the_mark(sdar_folder, tmp_path):
+    edit_config(sdar_folder, dice_copilot_untrained=True)
+    model, tokenizer = load(sdar_folder)
+    assert model.config.untrained is True
+    saved = save(model, tokenizer, tmp_path / "copy")
+    assert json.loads((saved / "config.json").read_text())["dice_copilot_untrained"] is True
 
 
 # --- corrupt or incomplete folders ------------------------------------------------------------------------------
