@@ -34,6 +34,8 @@ class LoadedModel:
     checkpoint_id: str
     device: str
     load_seconds: float
+    # Marked untrained by its config.json or model card (model/checkpoint.py: read_config): its output is noise.
+    untrained: bool = False
 
 
 def cuda_available() -> bool:
@@ -80,7 +82,7 @@ def load_model(checkpoint: str | None, device: str) -> LoadedModel:
     model, tokenizer = load(checkpoint or "default", device=resolved)
     engine = BlockDiffusionEngine(model, tokenizer, device=resolved)
     return LoadedModel(engine, tokenizer, checkpoint or "default", fingerprint, resolved,
-                       time.perf_counter() - started)
+                       time.perf_counter() - started, untrained=bool(model.config.untrained))
 
 
 @dataclass(frozen=True)

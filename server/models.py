@@ -59,6 +59,11 @@ class ModelManager:
     def ready(self) -> bool:
         return self.loaded is not None
 
+    @property
+    def untrained(self) -> bool:
+        """Whether the checkpoint serving now is marked untrained (false while none is loaded)."""
+        return self.loaded is not None and self.loaded.untrained
+
     def request(self, checkpoint: str | None, device: str, why: str) -> None:
         """Load `checkpoint` on `device` in the background (the latest request wins when several arrive)."""
         self._target = (checkpoint, device)
@@ -105,10 +110,11 @@ class ModelManager:
         self.state = "ready"
         self.error = None
         server.cache.clear()
+        untrained = " — UNTRAINED (random weights): its suggestions are noise" if loaded.untrained else ""
         server.log(f"checkpoint {loaded.checkpoint} ({loaded.checkpoint_id}) loaded on {loaded.device} in "
-                   f"{loaded.load_seconds:.1f}s")
+                   f"{loaded.load_seconds:.1f}s{untrained}")
         server.end_progress(progress, f"loaded {name}")
-        server.send_status("ready", f"checkpoint {name} ready on {loaded.device}", reason="ok")
+        server.send_status("ready", f"checkpoint {name} ready on {loaded.device}{untrained}", reason="ok")
         self.watch(checkpoint)
 
     # ---- hot reload --------------------------------------------------------------------------------------------

@@ -123,7 +123,8 @@ class DiceCopilotServer(LanguageServer):
     def send_status(self, state: str, message: str, reason: str | None = None, uri: str | None = None,
                     job_id: str | None = None, latency_ms: float | None = None, compile_only: bool | None = None) -> None:
         payload = {"state": state, "message": message, "gpu": self.gpu,
-                   "compileOnly": (not self.gpu) if compile_only is None else compile_only}
+                   "compileOnly": (not self.gpu) if compile_only is None else compile_only,
+                   "untrained": self.models.untrained}
         for key, value in (("reason", reason), ("uri", uri), ("jobId", job_id), ("lastLatencyMs", latency_ms)):
             if value is not None:
                 payload[key] = round(value, 1) if key == "lastLatencyMs" else value
@@ -370,7 +371,7 @@ class DiceCopilotServer(LanguageServer):
         if self.generations_running:
             state = "generating"
         return {"state": state, "message": self.models.error or f"{len(self.jobs)} job(s) running",
-                "gpu": self.gpu, "compileOnly": not self.gpu,
+                "gpu": self.gpu, "compileOnly": not self.gpu, "untrained": self.models.untrained,
                 "checkpoint": loaded.checkpoint if loaded else self.settings.checkpoint,
                 "checkpointId": loaded.checkpoint_id if loaded else None,
                 "device": loaded.device if loaded else self.settings.device, "loads": self.models.loads,
