@@ -14,13 +14,13 @@ read as given (any boolean [B, 1, Q, K] mask), so the result is the same functio
 
 import functools
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from .few_row_linear import pdl_supported
+from .kernel_switches import SWITCHES
 
 TILE_SIZES = (128, 64, 32, 16)  # keys per program, largest first (tl.dot needs at least 16)
 # Programs wanted per launch, about two per SM of an H200 (132 SMs): batch 1 over 1k keys gets 32-key tiles,
@@ -52,7 +52,7 @@ def pdl_launch(pdl: bool) -> dict:
 # 19). The rotary kernel waits first: letting it go first as well launched the chain while the layer before was
 # still running, and lost (1.547 ms).
 # DICE_ATTENTION_LAUNCH_NEXT_FIRST=0 turns it off.
-LAUNCH_NEXT_FIRST = os.environ.get("DICE_ATTENTION_LAUNCH_NEXT_FIRST", "1") != "0"
+LAUNCH_NEXT_FIRST = SWITCHES.attention_launch_next_first
 
 
 @triton.jit

@@ -24,18 +24,20 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .kernel_switches import SWITCHES
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("few_row_linear.cu")
-ENABLED = os.environ.get("DICE_FEW_ROW_LINEAR", "1") != "0"
+ENABLED = SWITCHES.few_row_linear
 # Programmatic dependent launch (a kernel starts while the one before drains): DICE_PDL=0 turns it off for these
 # kernels, the Triton ones (attention_kernels) and Inductor's.
-PDL_ALLOWED = os.environ.get("DICE_PDL", "1") != "0"
+PDL_ALLOWED = SWITCHES.pdl
 MAX_ROWS = 16  # two 8-token mma columns; more rows go to cuBLAS, which is no longer latency-bound there
 EPILOGUES = {"none": 0, "residual": 1, "silu_mul": 2}
 # A decoding pass runs each layer's projections after attention (and the next layer's q/k/v) as one persistent
 # chain kernel (layer_tail); DICE_PROJECTION_CHAIN=0 keeps one kernel a projection.
-CHAIN_ENABLED = os.environ.get("DICE_PROJECTION_CHAIN", "1") != "0"
+CHAIN_ENABLED = SWITCHES.projection_chain
 # (tiles per CTA, warps) the source builds; with the norm fused, at most 8 warps (its registers spill at 16).
 LAUNCH_SHAPES = ((1, 8), (1, 16), (2, 4), (2, 8), (2, 16))
 BUILD_SECONDS = 300

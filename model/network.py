@@ -4,7 +4,6 @@ Parameter names follow Hugging Face's Qwen3ForCausalLM, so DICE/SDAR checkpoints
 """
 
 import math
-import os
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 
 from . import few_row_linear
 from .config import DiceConfig
+from .kernel_switches import SWITCHES
 from .masks import block_causal_mask
 
 try:  # flex-attention is optional: used when the caller passes a BlockMask (training on GPU).
@@ -20,10 +20,10 @@ try:  # flex-attention is optional: used when the caller passes a BlockMask (tra
 except ImportError:  # pragma: no cover - old torch
     BlockMask, flex_attention = None, None
 
-# The fused few-query attention kernel (Triton, CUDA only); DICE_FUSED_ATTENTION=0 turns it off (e.g. to rule it
-# out when a result looks wrong on an unusual GPU), leaving the two-matmul path.
+# The fused few-query attention kernel (Triton, CUDA only); None where it is switched off (DICE_FUSED_ATTENTION=0,
+# see kernel_switches), leaving the two-matmul path.
 fused_few_query_attention = None
-if os.environ.get("DICE_FUSED_ATTENTION", "1") != "0":
+if SWITCHES.fused_attention:
     try:
         from .attention_kernels import few_query_attention as fused_few_query_attention
     except ImportError:  # no Triton (CPU-only installs)
@@ -40,8 +40,8 @@ def uses_pdl(device: torch.device) -> bool:
 
 
 # Decoding with a cache, queries and keys are normalised, rotated and the keys/values cached by one op
-# (qk_norm_rotary_cache; one Triton kernel on a GPU). False (or DICE_FUSED_ROTARY_CACHE=0): the separate steps.
-FUSED_ROTARY_CACHE = os.environ.get("DICE_FUSED_ROTARY_CACHE", "1") != "0"
+# (qk_norm_rotary_cache; one Triton kernel on a GPU). False (DICE_FUSED_ROTARY_CACHE=0): the separate steps.
+FUSED_ROTARY_CACHE = SWITCHES.fused_rotary_cache
 
 
 class RMSNorm(nn.Module):
@@ -204,6 +204,17 @@ def few_query_attention(q, k, v, mask, n_kv_heads: int) -> torch.Tensor:
 
 
 class Attention(nn.Module):
+    """Grouped-query attention with QK-norm and rotary positions. A forward takes one path through each of its three
+    steps, every path computing the same function (up to rounding):
+
+    - q/k/v projection (`_fused_qkv`): the few-row kernel with the norm fused in (few_row_linear), one matmul over
+      the stacked weight (fuse_projections), or the three separate layers (with autograd, or before fusion);
+    - QK-norm, rotary and the cache write: one op during a cached decoding pass (`_rotary_cache_op`), the separate
+      steps otherwise (`_rotary_steps`);
+    - attention (`_attend`): flex attention for a BlockMask, few-query attention for a pass's few queries over a
+      cache, SDPA otherwise.
+    """
+
     def __init__(self, config: DiceConfig, layer_index: int):
         super().__init__()
         self.layer_index = layer_index
@@ -224,49 +235,64 @@ class Attention(nn.Module):
         """x + attention over norm(x): the layer's norm and residual add are here so that few-row projection
         kernels can fuse them (the norm into q/k/v, the add into o_proj). qkv: the fused q/k/v of norm(x), where
         the layer before computed it (layer_tail); project_out=False: the attention output before o_proj."""
-        b, q_len, _ = x.shape
-        residual = x
         fused = self.qkv is not None and not torch.is_grad_enabled()
-        if qkv is None:
-            if fused and few_row_linear.applies(x, self.qkv.weight, self.qkv.bias, norm.weight):
-                qkv = torch.ops.dice.few_row_linear(x, self.qkv.weight, None, norm.weight, norm.eps, "none")
-            else:
-                x = norm(x)
-                qkv = self.qkv.unsplit(x) if fused else None
-        if fused and isinstance(kv_cache, KVCache) and FUSED_ROTARY_CACHE:  # (not a prefill's writer)
-            q = torch.ops.dice.qk_norm_rotary_cache(
-                qkv, self.q_norm.weight, self.k_norm.weight, cos, sin, position_ids,
-                kv_cache.k[self.layer_index], kv_cache.v[self.layer_index], self.n_heads, self.n_kv_heads,
-                self.q_norm.eps).transpose(1, 2)
-            # The attended length comes from the mask's shape, not from a Python int, so one compiled graph
-            # (dynamic shapes) serves every length instead of recompiling per length.
-            k, v = kv_cache.attended(self.layer_index, attn_mask.shape[-1])
+        if fused and qkv is None:
+            qkv = self._fused_qkv(x, norm)
+        if fused and FUSED_ROTARY_CACHE and isinstance(kv_cache, KVCache):  # (not a prefill's writer)
+            q, k, v = self._rotary_cache_op(qkv, cos, sin, position_ids, attn_mask, kv_cache)
         else:
             if fused:
                 q, k, v = qkv.split(self.qkv.sizes, dim=-1)
             else:
-                q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-            q = self.q_norm(q.view(b, q_len, self.n_heads, self.head_dim)).transpose(1, 2)
-            k = self.k_norm(k.view(b, q_len, self.n_kv_heads, self.head_dim)).transpose(1, 2)
-            v = v.view(b, q_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-            if kv_cache is not None:
-                k, v = kv_cache.update(self.layer_index, position_ids, k, v, attn_mask.shape[-1])
-        if BlockMask is not None and isinstance(attn_mask, BlockMask):
-            out = flex_attention(q, k, v, block_mask=attn_mask, enable_gqa=self.n_heads != self.n_kv_heads)
-        elif kv_cache is not None and q_len <= SMALL_QUERY_ATTENTION:
-            out = few_query_attention(q, k, v, attn_mask, self.n_kv_heads)
-        else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, scale=1.0 / math.sqrt(self.head_dim),
-                enable_gqa=self.n_heads != self.n_kv_heads,
-            )
-        out = out.transpose(1, 2).reshape(b, q_len, -1)
+                normed = norm(x)
+                q, k, v = self.q_proj(normed), self.k_proj(normed), self.v_proj(normed)
+            q, k, v = self._rotary_steps(q, k, v, cos, sin, position_ids, attn_mask, kv_cache)
+        out = self._attend(q, k, v, attn_mask, kv_cache).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
         if not project_out:
             return out
         if fused and few_row_linear.applies(out, self.o_proj.weight, self.o_proj.bias):
-            return torch.ops.dice.few_row_linear(out, self.o_proj.weight, residual, None, 0.0, "residual")
-        return residual + self.o_proj(out)
+            return torch.ops.dice.few_row_linear(out, self.o_proj.weight, x, None, 0.0, "residual")
+        return x + self.o_proj(out)
+
+    def _fused_qkv(self, x, norm: RMSNorm) -> torch.Tensor:
+        """q/k/v of norm(x) side by side [B, Q, (Hq + 2 Hkv) * D], from the stacked weight."""
+        if few_row_linear.applies(x, self.qkv.weight, self.qkv.bias, norm.weight):
+            return torch.ops.dice.few_row_linear(x, self.qkv.weight, None, norm.weight, norm.eps, "none")
+        return self.qkv.unsplit(norm(x))
+
+    def _rotary_cache_op(self, qkv, cos, sin, position_ids, attn_mask, kv_cache: KVCache):
+        """Queries [B, Hq, Q, D] and the cache's attended keys/values, the keys and values written by one op."""
+        q = torch.ops.dice.qk_norm_rotary_cache(
+            qkv, self.q_norm.weight, self.k_norm.weight, cos, sin, position_ids,
+            kv_cache.k[self.layer_index], kv_cache.v[self.layer_index], self.n_heads, self.n_kv_heads,
+            self.q_norm.eps).transpose(1, 2)
+        # The attended length comes from the mask's shape, not from a Python int, so one compiled graph
+        # (dynamic shapes) serves every length instead of recompiling per length.
+        k, v = kv_cache.attended(self.layer_index, attn_mask.shape[-1])
+        return q, k, v
+
+    def _rotary_steps(self, q, k, v, cos, sin, position_ids, attn_mask, kv_cache):
+        """QK-norm and rotary of the projections [B, Q, H * D] as heads [B, H, Q, D]; with a cache (or a prefill's
+        writer), the keys/values written there and the attended ones returned."""
+        b, q_len, _ = q.shape
+        q = self.q_norm(q.view(b, q_len, self.n_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(k.view(b, q_len, self.n_kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.view(b, q_len, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if kv_cache is not None:
+            k, v = kv_cache.update(self.layer_index, position_ids, k, v, attn_mask.shape[-1])
+        return q, k, v
+
+    def _attend(self, q, k, v, attn_mask, kv_cache) -> torch.Tensor:
+        """Attention output [B, Hq, Q, D] by the kernel that suits the call."""
+        if BlockMask is not None and isinstance(attn_mask, BlockMask):
+            return flex_attention(q, k, v, block_mask=attn_mask, enable_gqa=self.n_heads != self.n_kv_heads)
+        if kv_cache is not None and q.shape[2] <= SMALL_QUERY_ATTENTION:
+            return few_query_attention(q, k, v, attn_mask, self.n_kv_heads)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, scale=1.0 / math.sqrt(self.head_dim),
+            enable_gqa=self.n_heads != self.n_kv_heads,
+        )
 
 
 class MLP(nn.Module):
