@@ -248,8 +248,9 @@ def _base_row(outcome: Outcome) -> dict:
             "speedup": None if outcome.speedup is None else float(outcome.speedup)}
 
 
-def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | None) -> dict:
-    """Write the four task sets from the kept pairs; returns counts and the held-out plan."""
+def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | None) -> tuple[dict, list[PairRecord]]:
+    """Write the four task sets from the kept pairs; returns counts with the held-out plan, and the training
+    pairs."""
     from dice_copilot.model.prompts import end_to_end_prompt
 
     by_uid = {o.record.uid: o for o in kept}
@@ -260,7 +261,7 @@ def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | Non
     for r in train:
         sft.append({**_base_row(by_uid[r.uid]), "prompt": end_to_end_prompt(r.pytorch_code),
                     "response": f"```python\n{r.cuda_code.rstrip()}\n```"})
-    # Both RL task sets easy -> hard: the RL trainer takes them in file order (dice-method.md §1.2).
+    # Both RL task sets easy -> hard: the RL trainer takes them in file order (docs/decoding.md#bic-rl).
     for idx, r in enumerate(order_easy_to_hard(train)):
         base = _base_row(by_uid[r.uid])
         parts = infill_split(r.cuda_code)
@@ -276,8 +277,8 @@ def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | Non
     for name, rows in (("sft.jsonl", sft), ("infill_tasks.jsonl", infill), ("e2e_tasks.jsonl", e2e),
                        ("eval_heldout.jsonl", evaluation)):
         _write_jsonl(out / name, rows)
-    return {"sft": len(sft), "infill_tasks": len(infill), "e2e_tasks": len(e2e), "eval_heldout": len(evaluation),
-            "heldout_families": plan.families, "heldout_compositions": plan.compositions}
+    return ({"sft": len(sft), "infill_tasks": len(infill), "e2e_tasks": len(e2e), "eval_heldout": len(evaluation),
+             "heldout_families": plan.families, "heldout_compositions": plan.compositions}, train)
 
 
 COMPILE_ONLY_NOTE = """UNVERIFIED: these pairs were only compiled (no CUDA device was used), so neither numerical
@@ -367,6 +368,7 @@ def run_build(config: BuildConfig) -> dict:
         o.status, o.reason = classify(row["verdict"], config.min_speedup, config.drop_flags, config.compile_only)
 
     datasets: dict = {}
+    train: list[PairRecord] = []
     if config.compile_only:
         compiled = [o for o in outcomes.values() if o.status == "compiled_unverified"]
         folder = out / "compile_only_unverified"
@@ -377,7 +379,7 @@ def run_build(config: BuildConfig) -> dict:
         datasets = {"compile_only_unverified": len(compiled)}
     else:
         kept = [o for o in outcomes.values() if o.status == "kept"]
-        datasets = emit_datasets(out, kept, config.heldout_families)
+        datasets, train = emit_datasets(out, kept, config.heldout_families)
 
     run = {"validated_this_run": validated, "remaining_in_shard": len(pending) - validated, "validation_seconds": round(seconds, 1), "gpus": gpus,
            "total_seconds": round(time.perf_counter() - t_start, 1),
@@ -385,4 +387,4 @@ def run_build(config: BuildConfig) -> dict:
            "pairs_per_gpu_minute": round(60 * validated / (seconds * gpus), 1) if seconds and gpus else None,
            "stage_seconds_per_pair": validation.stage_seconds_per_pair,
            "worker_replacements": validation.worker_replacements, "setup_seconds": validation.setup_seconds}
-    return write_report(out, config, list(outcomes.values()), datasets, run, len(contamination))
+    return write_report(out, config, list(outcomes.values()), datasets, train, run, len(contamination))

@@ -8,6 +8,8 @@ from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
+from .diversity import diversity_markdown, diversity_report
+
 SPEEDUP_LEVELS = (1.0, 1.5, 2.0)
 
 
@@ -49,7 +51,8 @@ def _histogram(path: Path, speedups: list[float], threshold: float) -> bool:
     return True
 
 
-def write_report(out: Path, config, outcomes, datasets: dict, run: dict, decontam_checked: int) -> dict:
+def write_report(out: Path, config, outcomes, datasets: dict, train, run: dict, decontam_checked: int) -> dict:
+    """stats.json / stats.md for a build's outcomes; `train` are the pairs written as training data."""
     status = Counter(o.status for o in outcomes)
     per_family: dict[str, Counter] = defaultdict(Counter)
     per_level: dict[str, Counter] = defaultdict(Counter)
@@ -78,6 +81,7 @@ def write_report(out: Path, config, outcomes, datasets: dict, run: dict, deconta
         "datasets": datasets,
         "run": run,
         "speedup_histogram": "speedup_hist.png" if plotted else None,
+        "diversity": diversity_report(train),
     }
     (out / "stats.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
     (out / "stats.md").write_text(_markdown(stats), encoding="utf-8")
@@ -107,6 +111,7 @@ def _markdown(stats: dict) -> str:
     lines += ["", "## Rejection reasons", "", "| reason | pairs |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in stats["rejection_reasons"].items()]
     lines += ["", "## Datasets", ""] + [f"- {k}: {v}" for k, v in stats["datasets"].items()]
+    lines += [""] + diversity_markdown(stats["diversity"])
     keys = sorted({k for v in stats["per_family"].values() for k in v} - {"total"})
     lines += ["", "## Per family", "", "| family | total | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 2)]
     for fam, row in stats["per_family"].items():
