@@ -4,8 +4,9 @@ fast and deterministically. Every message it receives is appended to a JSONL log
 
 Usage: python editor_fake_lsp.py SCRIPT.json, where the script is
 `{"log": path, "items": [full texts], "anchor": [line, character], "delay_first": bool, "loading_s": float,
-"kernel": module text}`: inline answers are the items minus what was already typed since `anchor` (a type-through
-cache in miniature); for `loading_s` after `initialized` the "model" loads and inline answers are empty.
+"kernel": module text, "untrained": bool}`: inline answers are the items minus what was already typed since `anchor`
+(a type-through cache in miniature); for `loading_s` after `initialized` the "model" loads and inline answers are
+empty; `untrained` is what every status and showStatus say of the "checkpoint" once it has loaded.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ server = LanguageServer("fake-dice-copilot", "0")
 answered_once: set[tuple[str, int]] = set()  # (uri, line) asked once (delay_first)
 announced: set[tuple[str, int]] = set()  # (uri, line) whose suggestionReady went out
 model_ready = asyncio.Event()
+
+
+def notify_status(ls: LanguageServer, state: str, message: str, **fields) -> None:
+    untrained = bool(script.get("untrained")) and model_ready.is_set()
+    ls.protocol.notify("diceCopilot/status", {"state": state, "message": message, "gpu": False,
+                                              "untrained": untrained, **fields})
 
 
 def record(kind: str, **data) -> None:
@@ -57,10 +64,10 @@ def items_at(uri: str, position: types.Position) -> list[types.InlineCompletionI
 
 @server.feature(types.INITIALIZED)
 async def initialized(ls: LanguageServer, params: types.InitializedParams):
-    ls.protocol.notify("diceCopilot/status", {"state": "loadingModel", "message": "loading", "gpu": False})
+    notify_status(ls, "loadingModel", "loading")
     await asyncio.sleep(float(script.get("loading_s", 0)))
     model_ready.set()
-    ls.protocol.notify("diceCopilot/status", {"state": "ready", "message": "model loaded", "gpu": False})
+    notify_status(ls, "ready", "model loaded")
     record("ready")
 
 
@@ -89,8 +96,7 @@ async def inline_completion(ls: LanguageServer, params: types.InlineCompletionPa
             record("suggestionReady")
 
         asyncio.ensure_future(ready_later())
-        ls.protocol.notify("diceCopilot/status", {"state": "validating", "message": "still working",
-                                                  "reason": "timeout", "gpu": False, "compileOnly": True})
+        notify_status(ls, "validating", "still working", reason="timeout", compileOnly=True)
         return types.InlineCompletionList(items=[])
     return types.InlineCompletionList(items=items_at(uri, position))
 
@@ -109,7 +115,8 @@ def did_accept(ls: LanguageServer, *args):
 def show_status(ls: LanguageServer, *args):
     record("showStatus")
     return {"state": "ready", "message": "fake model ready", "checkpoint": "fake", "device": "cpu", "gpu": False,
-            "compileOnly": True, "jobs": []}
+            "compileOnly": True, "untrained": bool(script.get("untrained")), "loads": int(model_ready.is_set()),
+            "jobs": []}
 
 
 @server.command("diceCopilot.cancelJob")
@@ -125,8 +132,7 @@ async def generate_kernel(ls: LanguageServer, *args):
     record("generateKernel", uri=spec["uri"], className=spec["className"])
     source = Path(ls.workspace.get_text_document(spec["uri"]).path)
     target = source.with_name(f"{source.stem}_kernel.py")
-    ls.protocol.notify("diceCopilot/status", {"state": "generating", "message": "generating", "jobId": "job-1",
-                                              "gpu": False, "compileOnly": True})
+    notify_status(ls, "generating", "generating", jobId="job-1", compileOnly=True)
     ls.protocol.notify("diceCopilot/generationUpdate", {"jobId": "job-1", "candidate": 1, "total": 1,
                                                         "status": "passed", "stage": "timed", "speedup": 2.4,
                                                         "maxAbsError": 1e-6, "failure": None})
@@ -139,8 +145,7 @@ async def generate_kernel(ls: LanguageServer, *args):
     ])
     applied = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit))
     await ls.window_show_document_async(types.ShowDocumentParams(uri=target.as_uri(), take_focus=True))
-    ls.protocol.notify("diceCopilot/status", {"state": "ready", "message": "done", "reason": "ok", "gpu": False,
-                                              "compileOnly": True})
+    notify_status(ls, "ready", "done", reason="ok", compileOnly=True)
     return {"jobId": "job-1", "status": "ok" if applied.applied else "error", "message": f"wrote {target.name}",
             "best": {"uri": target.as_uri(), "speedup": 2.4, "maxAbsError": 1e-6, "compileOnly": False},
             "candidates": [{"index": 1, "passed": True, "stage": "timed", "failure": None, "speedup": 2.4}]}

@@ -353,6 +353,64 @@ def test_checkhealth_reports_server_checkpoint_gpu_and_nvcc(tmp_path):
     assert "nvcc" in report
 
 
+def checkhealth_report(editor: Editor) -> str:
+    editor.nvim.command("checkhealth dice_copilot")
+    return "\n".join(editor.lines())
+
+
+@pytest.mark.parametrize("untrained", [True, False], ids=["untrained", "trained"])
+def test_the_servers_untrained_mark_shows_in_statusline_dice_status_and_checkhealth(fake_editor, tmp_path, untrained):
+    editor, _ = fake_editor("auto", untrained=untrained)
+    editor.open(kernel_file(tmp_path))
+    editor.wait_for("require('dice_copilot.status').current.state == 'ready'", what="the ready status")
+    statusline = editor.nvim.exec_lua("return require('dice_copilot').statusline()")
+    assert statusline.startswith("DICE ready · untrained") if untrained else "untrained" not in statusline
+    editor.nvim.command("DiceStatus")
+    editor.wait_for("#_G.test_notes > 0", what=":DiceStatus output")
+    shown = editor.nvim.exec_lua("return _G.test_notes")[-1]
+    assert ("checkpoint is untrained: random weights" in shown) == untrained, shown
+    report = checkhealth_report(editor)
+    if untrained:
+        assert "WARNING checkpoint fake (serving now) is UNTRAINED" in report, report
+    else:
+        assert "OK checkpoint fake (serving now)" in report and "UNTRAINED" not in report, report
+
+
+UNTRAINED_FOLDERS = {
+    "embedded default": (None, "WARNING checkpoint: the embedded default, which is UNTRAINED"),
+    "config.json": ({"config.json": {"model_type": "sdar", "dice_copilot_untrained": True}},
+                    "UNTRAINED (marked in config.json)"),
+    "card tags": ({"README.md": "---\nlicense: apache-2.0\ntags:\n  - dice\n  - untrained\n---\n# tiny\n"},
+                  "UNTRAINED (tagged so in its model card)"),
+    "card inline tags": ({"README.md": "---\ntags: [dice, 'untrained']\n---\n"}, "UNTRAINED (tagged so in its model card)"),
+    "card title": ({"README.md": "\n# Tiny DICE, Untrained\n\nRandom weights.\n"}, "UNTRAINED (says its model card)"),
+    "trained": ({"README.md": "---\ntags: [dice]\n---\n# Tiny DICE\n\nBeats the untrained baseline.\n"}, "OK checkpoint: "),
+}
+
+
+@pytest.mark.parametrize("case", list(UNTRAINED_FOLDERS))
+def test_checkhealth_warns_for_an_untrained_checkpoint_before_any_server_runs(tmp_path, case):
+    files, expected = UNTRAINED_FOLDERS[case]
+    settings = {}
+    if files is not None:
+        folder = tmp_path / "ckpt"
+        folder.mkdir()
+        files = {"config.json": {"model_type": "sdar"}, **files}
+        for name, content in files.items():
+            (folder / name).write_text(content if isinstance(content, str) else json.dumps(content))
+        settings = {"checkpoint": str(folder)}
+    editor = Editor({"cmd": [sys.executable, "-c", "pass"], "enable": False, "settings": settings})
+    try:
+        report = checkhealth_report(editor)
+    finally:
+        editor.close()
+    assert expected in report, report
+    if expected.startswith("OK"):
+        assert "UNTRAINED" not in report, report
+    else:
+        assert "its suggestions are noise" in report and "to a trained DICE checkpoint folder" in report, report
+
+
 def test_lua_helpers_split_partial_find_module_and_format_verdicts(fake_editor):
     editor = Editor({"enable": False})
     try:

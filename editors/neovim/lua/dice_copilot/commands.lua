@@ -133,6 +133,10 @@ end
 --- The lines :DiceStatus shows for a showStatus result.
 function M.status_lines(result)
   local lines = { ('state: %s — %s'):format(result.state, result.message or '') }
+  if result.untrained == true then
+    table.insert(lines, 'checkpoint is untrained: random weights, its suggestions are noise '
+      .. '(set settings.checkpoint to a trained DICE checkpoint)')
+  end
   if result.reason then
     table.insert(lines, 'last reason: ' .. (status.reason_text[result.reason] or result.reason))
   end

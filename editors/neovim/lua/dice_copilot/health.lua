@@ -1,4 +1,5 @@
---- :checkhealth dice_copilot — Neovim version, the server command, the checkpoint, the GPU and nvcc.
+--- :checkhealth dice_copilot — Neovim version, the server command, the checkpoint (and whether it is trained),
+--- the GPU and nvcc.
 local config = require('dice_copilot.config')
 
 local M = {}
@@ -53,17 +54,129 @@ local function check_server(cmd)
   end
 end
 
+local function read_file(path)
+  local file = io.open(path, 'r')
+  if not file then
+    return nil
+  end
+  local text = file:read('*a')
+  file:close()
+  return text
+end
+
+local function unquote(text)
+  return (vim.trim(text):gsub('^["\']', ''):gsub('["\']$', ''))
+end
+
+--- The `tags` of a model card's YAML metadata: `tags: x`, `tags: [x, y]` or a `- x` list below `tags:`.
+---@param metadata string
+---@return string[]
+local function yaml_tags(metadata)
+  local tags, in_list = {}, false
+  for line in (metadata .. '\n'):gmatch('([^\n]*)\n') do
+    local value = line:match('^tags:%s*(.-)%s*$')
+    if value then
+      in_list = value == ''
+      for item in value:gsub('^%[', ''):gsub('%]$', ''):gmatch('[^,]+') do
+        table.insert(tags, unquote(item))
+      end
+    elseif in_list and line:match('^%s*%-%s') then
+      table.insert(tags, unquote((line:gsub('^%s*%-%s*', ''))))
+    elseif not line:match('^%s') then
+      in_list = false
+    end
+  end
+  return tags
+end
+
+--- Where a checkpoint folder says it is untrained, by the rule of server/PROTOCOL.md (`untrained`) that the server
+--- applies once it runs: config.json's `dice_copilot_untrained`, or the model card (README.md) naming it untrained
+--- among the tags of its YAML metadata or in its title (a `# ` heading as its first line). nil when unmarked.
+---@param dir string
+---@return string|nil
+local function untrained_mark(dir)
+  local ok, config = pcall(vim.json.decode, read_file(vim.fs.joinpath(dir, 'config.json')) or '')
+  if ok and type(config) == 'table' and config.dice_copilot_untrained == true then
+    return 'marked in config.json'
+  end
+  local card = read_file(vim.fs.joinpath(dir, 'README.md'))
+  if not card then
+    return nil
+  end
+  local metadata, body = card:match('^%-%-%-[ \t]*\n(.-)\n%-%-%-[ \t]*\n?(.*)$')
+  if metadata then
+    for _, tag in ipairs(yaml_tags(metadata)) do
+      if tag:lower() == 'untrained' then
+        return 'tagged so in its model card'
+      end
+    end
+    card = body
+  end
+  local title = vim.trim(card):match('^[^\n]*')
+  if title:match('^# ') and title:lower():find('%f[%w]untrained%f[^%w]') then
+    return 'says its model card'
+  end
+  return nil
+end
+
+--- The embedded default checkpoint of the checkout this plugin lives in (its editors/neovim), if it is there.
+---@return string|nil
+local function embedded_checkpoint_dir()
+  local here = debug.getinfo(1, 'S').source:gsub('^@', '')
+  local root = vim.fn.fnamemodify(here, ':p:h:h:h:h:h')  -- lua/dice_copilot/health.lua under editors/neovim
+  local dir = vim.fs.joinpath(root, 'model', 'default_checkpoint')
+  return vim.fn.isdirectory(dir) == 1 and dir or nil
+end
+
+--- The running server's showStatus once it has loaded a checkpoint (its word is final), else nil.
+---@return table|nil
+local function served_checkpoint()
+  local client = vim.lsp.get_clients({ name = 'dice_copilot' })[1]
+  if not client then
+    return nil
+  end
+  local response = client:request_sync('workspace/executeCommand',
+    { command = 'diceCopilot.showStatus', arguments = { vim.empty_dict() } }, 5000)
+  local result = response and response.result
+  if type(result) ~= 'table' or (tonumber(result.loads) or 0) < 1 then
+    return nil
+  end
+  return result
+end
+
+local TRAINED_ADVICE = 'Set settings.checkpoint in setup{} to a trained DICE checkpoint folder.'
+
 local function check_checkpoint(settings)
+  local served = served_checkpoint()
+  if served then
+    if served.untrained == true then
+      health.warn(('checkpoint %s (serving now) is UNTRAINED: random weights, its suggestions are noise'):format(
+        tostring(served.checkpoint)), TRAINED_ADVICE)
+    else
+      health.ok(('checkpoint %s (serving now)'):format(tostring(served.checkpoint)))
+    end
+    return
+  end
   local checkpoint = settings.checkpoint
   if checkpoint == nil or checkpoint == vim.NIL or checkpoint == 'default' then
-    health.ok('checkpoint: the embedded default (set settings.checkpoint to use a trained one)')
+    -- Without this checkout's folder to read, the README's word: the embedded default is an untrained stand-in.
+    local dir = embedded_checkpoint_dir()
+    if dir and not untrained_mark(dir) then
+      health.ok('checkpoint: the embedded default')
+    else
+      health.warn('checkpoint: the embedded default, which is UNTRAINED: random weights, its suggestions are noise',
+        TRAINED_ADVICE)
+    end
     return
   end
   local dir = vim.fs.normalize(checkpoint)
+  local mark = vim.fn.isdirectory(dir) == 1 and untrained_mark(dir)
   if vim.fn.isdirectory(dir) == 0 then
     health.error(('checkpoint folder does not exist: %s'):format(dir), 'Fix settings.checkpoint in setup{}.')
   elseif vim.fn.filereadable(vim.fs.joinpath(dir, 'config.json')) == 0 then
     health.error(('checkpoint has no config.json: %s'):format(dir), 'Point settings.checkpoint at an HF-layout folder.')
+  elseif mark then
+    health.warn(('checkpoint %s is UNTRAINED (%s): its suggestions are noise'):format(dir, mark), TRAINED_ADVICE)
   else
     health.ok('checkpoint: ' .. dir)
   end

@@ -8,7 +8,8 @@ local M = {}
 ---@field job_id string|nil the running generation / validation job
 ---@field progress string|nil last per-candidate line of the running job
 ---@field last_verdict string|nil
-M.current = { state = 'starting', message = 'not started' }
+---@field untrained boolean  the checkpoint serving is marked untrained: its suggestions are noise
+M.current = { state = 'starting', message = 'not started', untrained = false }
 
 --- Why nothing was suggested, in a few words (reason codes of server/PROTOCOL.md).
 M.reason_text = {
@@ -86,6 +87,7 @@ function M.on_status(params)
   local was_error = cur.state == 'error' and cur.message == params.message
   cur.state = params.state
   cur.message = params.message or ''
+  cur.untrained = params.untrained == true
   cur.reason = params.reason ~= 'ok' and params.reason or nil
   local busy = params.state == 'generating' or params.state == 'validating'
   cur.job_id = busy and params.jobId or nil
@@ -119,11 +121,15 @@ function M.on_verdict(verdict)
   changed()
 end
 
---- A short string for a statusline: `%{v:lua.require'dice_copilot'.statusline()}`.
+--- A short string for a statusline: `%{v:lua.require'dice_copilot'.statusline()}`, e.g.
+--- "DICE ready · untrained · not in a kernel".
 ---@return string
 function M.statusline()
   local cur = M.current
   local parts = { 'DICE ' .. cur.state }
+  if cur.untrained then
+    table.insert(parts, 'untrained')
+  end
   if cur.progress then
     table.insert(parts, cur.progress)
   elseif cur.reason then
