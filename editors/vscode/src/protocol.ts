@@ -26,6 +26,8 @@ export interface StatusParams {
   uri?: string;
   gpu?: boolean;
   compileOnly?: boolean;
+  /** The checkpoint serving is marked untrained (config.json or its model card): its suggestions are noise. */
+  untrained?: boolean;
   lastLatencyMs?: number;
 }
 

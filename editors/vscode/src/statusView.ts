@@ -73,6 +73,7 @@ export class StatusView {
   private lastVerdictDetail: string | undefined;
   private progress: string | undefined;
   private runningJob: string | undefined;
+  private untrained = false;
 
   constructor(private readonly item: StatusBarLike) {
     this.render();
@@ -91,6 +92,7 @@ export class StatusView {
   onStatus(status: StatusParams): void {
     this.current = status.state;
     this.message = status.message;
+    this.untrained = status.untrained === true;
     this.reason = status.reason && status.reason !== 'ok' ? status.reason : undefined;
     this.runningJob = status.state === 'generating' || status.state === 'validating' ? status.jobId : undefined;
     if (!this.runningJob) {
@@ -116,6 +118,7 @@ export class StatusView {
   onServerStopped(message: string): void {
     this.current = 'error';
     this.message = message;
+    this.untrained = false;
     this.reason = undefined;
     this.runningJob = undefined;
     this.progress = undefined;
@@ -124,6 +127,9 @@ export class StatusView {
 
   private render(): void {
     const parts = [`DICE ${STATE_LABEL[this.current]}`];
+    if (this.untrained) {
+      parts.push('$(warning) untrained');
+    }
     if (this.progress) {
       parts.push(this.progress);
     } else if (this.reason) {
@@ -134,6 +140,12 @@ export class StatusView {
     }
     this.item.text = parts.join(' · ');
     const tooltip = [`DICE Copilot: ${this.message}`];
+    if (this.untrained) {
+      tooltip.push(
+        'The checkpoint is untrained (random weights): its suggestions are noise. ' +
+          'Set diceCopilot.checkpoint to a trained DICE checkpoint folder.',
+      );
+    }
     if (this.lastVerdictDetail) {
       tooltip.push(`Last verdict: ${this.lastVerdictDetail}`);
     }

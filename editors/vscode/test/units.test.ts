@@ -117,3 +117,20 @@ test('the status bar shows state, the reason nothing was suggested, progress and
   assert.equal(view.currentJobId, undefined);
   assert.equal(item.text, 'DICE $(check) ready · ✓ 2.4× vs torch');
 });
+
+test('the status bar says when the checkpoint serving is untrained, until a trained one serves', () => {
+  const item = { text: '', tooltip: undefined as string | object | undefined, shown: false, show() { this.shown = true; } };
+  const view = new StatusView(item);
+  view.onStatus({ state: 'ready', message: 'checkpoint default ready on cpu', reason: 'ok', untrained: true });
+  assert.equal(item.text, 'DICE $(check) ready · $(warning) untrained');
+  assert.match(String(item.tooltip), /untrained \(random weights\): its suggestions are noise/);
+  assert.match(String(item.tooltip), /diceCopilot\.checkpoint/);
+  view.onStatus({ state: 'ready', message: 'no suggestion', reason: 'notInKernel', untrained: true });
+  assert.equal(item.text, 'DICE $(check) ready · $(warning) untrained · not in a kernel');
+  view.onStatus({ state: 'ready', message: 'checkpoint /ck ready on cpu', reason: 'ok', untrained: false });
+  assert.equal(item.text, 'DICE $(check) ready');
+  assert.doesNotMatch(String(item.tooltip), /untrained/);
+  view.onStatus({ state: 'ready', message: 'again', untrained: true });
+  view.onServerStopped('language server stopped');
+  assert.equal(item.text, 'DICE $(error) error');
+});
