@@ -14,7 +14,7 @@ from sft_helpers import make_tokenizer, write_jsonl
 
 from dice_copilot.model import load
 from dice_copilot.model.prompts import infill_prompt
-from dice_copilot.trainer import rl, sft
+from dice_copilot.trainer import rl, training_run
 from dice_copilot.trainer.rl import RLError, run_rl, train_rl
 from dice_copilot.trainer.rl_config import RLConfig, RLConfigError, load_rl_config
 from dice_copilot.trainer.rl_data import RLDataError, RLTask, load_rl_tasks, tasks_for_step
@@ -76,17 +76,17 @@ def test_an_interrupted_run_resumes_to_the_same_policy(tmp_path, tokenizer_dir, 
     straight = run(tiny_rl_config(tmp_path / "a", tokenizer_dir, **settings))
 
     interrupted = tiny_rl_config(tmp_path / "b", tokenizer_dir, **settings)
-    log_step = sft.RunLogger.log_step
+    log_step = training_run.RunLogger.log_step
 
     def crash_after_logging_step_3(self, step, postfix, **values):
         log_step(self, step, postfix, **values)
         if step == 3:  # step 3 is in the logs, not in a saved state (every 2 steps)
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(sft.RunLogger, "log_step", crash_after_logging_step_3)
+    monkeypatch.setattr(training_run.RunLogger, "log_step", crash_after_logging_step_3)
     with pytest.raises(KeyboardInterrupt):
         run(interrupted)
-    monkeypatch.setattr(sft.RunLogger, "log_step", log_step)
+    monkeypatch.setattr(training_run.RunLogger, "log_step", log_step)
     resumed = run(interrupted)
 
     def untimed(history):
@@ -204,6 +204,25 @@ def test_config_files_resolve_paths_and_reject_unknown_or_bad_values(tmp_path):
         RLConfig(reward="compiles", speedup_weight=0.5)
 
 
+def test_sft_and_rl_configs_share_the_training_fields_with_one_rule_each():
+    from dataclasses import fields
+
+    from dice_copilot.trainer.sft_config import SFTConfig, SFTConfigError
+    from dice_copilot.trainer.training_config import TrainingConfig
+
+    shared = {f.name for f in fields(TrainingConfig)}
+    assert len(shared) == 28
+    assert shared <= {f.name for f in fields(SFTConfig)} and shared <= {f.name for f in fields(RLConfig)}
+    for config_class, error, kind in ((SFTConfig, SFTConfigError, "SFT"), (RLConfig, RLConfigError, "RL")):
+        with pytest.raises(error, match=f"^{kind} config field 'keep_last_states' = 0 must be >= 1$"):
+            config_class(keep_last_states=0)
+        with pytest.raises(error, match=f"unknown {kind} config key"):
+            config_class.from_dict({"lerning_rate": 1.0})
+    # Each trainer keeps its own defaults for the shared fields.
+    assert (SFTConfig().learning_rate, SFTConfig().grad_accum) == (1e-5, 1)
+    assert (RLConfig().learning_rate, RLConfig().grad_accum) == (1e-6, 16)
+
+
 def test_shipped_stage_configs_parse_and_chain_stage_1_into_stage_2():
     stage1 = load_rl_config(REPO / "trainer" / "rl_configs" / "dice_stage1_infill.toml")
     stage2 = load_rl_config(REPO / "trainer" / "rl_configs" / "dice_stage2_e2e.toml")
@@ -234,7 +253,8 @@ from rl_helpers import tiny_rl_config
 
 from dice_copilot.trainer.rl import _StepRunner
 from dice_copilot.trainer.rl_trace import TraceSample
-from dice_copilot.trainer.sft import build_model_and_tokenizer, make_accelerator
+from dice_copilot.trainer.sft import build_model_and_tokenizer
+from dice_copilot.trainer.training_run import make_accelerator
 from dice_copilot.trainer.sft_loss import dense_layout_mask
 
 torch.set_num_threads(1)

@@ -9,7 +9,7 @@ from sft_helpers import (assert_two_processes_match_one, kernel_source, make_tok
                          records, tiny_sft_config, write_jsonl)
 
 from dice_copilot.model import load
-from dice_copilot.trainer import sft
+from dice_copilot.trainer import sft, training_run
 from dice_copilot.trainer.sft import SFTError, train_sft
 from dice_copilot.trainer.sft_config import SFTConfigError, load_sft_config
 
@@ -65,17 +65,17 @@ def test_resume_after_an_interruption_matches_an_uninterrupted_run(tmp_path, tok
     straight = train_sft(tiny_sft_config(tmp_path / "a", kernels_file, tokenizer_dir, **settings))
 
     interrupted = tiny_sft_config(tmp_path / "b", kernels_file, tokenizer_dir, **settings)
-    log_step = sft.RunLogger.log_step
+    log_step = training_run.RunLogger.log_step
 
     def crash_at_step_5(self, step, postfix, **values):
         if step == 5:
             raise KeyboardInterrupt
         log_step(self, step, postfix, **values)
 
-    monkeypatch.setattr(sft.RunLogger, "log_step", crash_at_step_5)
+    monkeypatch.setattr(training_run.RunLogger, "log_step", crash_at_step_5)
     with pytest.raises(KeyboardInterrupt):
         train_sft(interrupted)
-    monkeypatch.setattr(sft.RunLogger, "log_step", log_step)
+    monkeypatch.setattr(training_run.RunLogger, "log_step", log_step)
     resumed = train_sft(interrupted)
 
     assert resumed.losses == straight.losses
@@ -213,10 +213,10 @@ def test_fsdp_precision_policy_keeps_one_gpu_numerics_unless_asked():
     each knob moves one of the two to the mixed dtype, for FSDP2 and FSDP1."""
     from dice_copilot.trainer.sft_config import SFTConfig
 
-    default = sft.fsdp_mixed_precision_policy(SFTConfig(mixed_precision="bf16"), 2)
+    default = training_run.fsdp_mixed_precision_policy(SFTConfig(mixed_precision="bf16"), 2)
     assert (default.param_dtype, default.reduce_dtype) == (torch.float32, torch.float32)
-    gather = sft.fsdp_mixed_precision_policy(SFTConfig(fsdp_gather_in_mixed_precision=True), 2)
+    gather = training_run.fsdp_mixed_precision_policy(SFTConfig(fsdp_gather_in_mixed_precision=True), 2)
     assert (gather.param_dtype, gather.reduce_dtype) == (torch.bfloat16, torch.float32)
-    both = sft.fsdp_mixed_precision_policy(
+    both = training_run.fsdp_mixed_precision_policy(
         SFTConfig(mixed_precision="fp16", fsdp_gather_in_mixed_precision=True, fsdp_reduce_in_mixed_precision=True), 1)
     assert (both.param_dtype, both.reduce_dtype, both.buffer_dtype) == (torch.float16, torch.float16, torch.float32)

@@ -36,12 +36,12 @@ from .rl_config import RLConfig, RLConfigError, load_rl_config
 from .rl_data import RLDataError, RLTask, check_task_files, load_rl_tasks, tasks_for_step
 from .rl_rewards import KernelReward, Reward, RewardError, group_advantages
 from .rl_trace import TraceBatch, TraceSample, collate_trace_rows, policy_logprobs, trace_loss, trace_row
-from .sft import (
-    CHECKPOINT_DIR, TRAINER_STATE_FILE, RunLogger, SFTError, attention_backend, build_model_and_tokenizer,
-    keep_steps_up_to, latest_state, make_accelerator, parse_overrides, save_run, write_loss_curve,
-)
+from .sft import SFTError, build_model_and_tokenizer, parse_overrides
 from .sft_config import SFTConfigError
 from .sft_loss import FlexMaskBuilder, dense_layout_mask
+from .training_run import (
+    CHECKPOINT_DIR, attention_backend, keep_steps_up_to, make_accelerator, prepare_run, save_run, write_loss_curve,
+)
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 REWARD_CURVE_FILE = "reward_curve.png"
@@ -136,34 +136,24 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
     rollout_model = copy.deepcopy(model).to(device, rollout_dtype).eval().requires_grad_(False)
     engine = BlockDiffusionEngine(rollout_model, tokenizer, device=device)
 
-    model.gradient_checkpointing = config.gradient_checkpointing
-    model.train()
-    if device.type == "cuda" and config.compile:
-        for layer in model.model.layers:
-            layer.compile()
-    model.to(device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-        eps=config.adam_epsilon, weight_decay=config.weight_decay, fused=device.type == "cuda" and config.fused_adamw,
-    )
-    model, optimizer = accelerator.prepare(model, optimizer)
+    config_fields = asdict(config)
+
+    def resume_warning(saved: dict) -> str | None:
+        changed = [k for k in SCHEDULE_FIELDS if saved["config"].get(k) != config_fields[k]]
+        if not changed:
+            return None
+        return (f"{', '.join(changed)} changed since the saved state; the run goes on with the new values from step "
+                f"{saved['step'] + 1}, which is not an exact resume")
+
+    run = prepare_run(config, model, accelerator, "rl", config.rl_steps, fixed_shapes=False,
+                      resume_warning=resume_warning)
+    model, optimizer, logger = run.model, run.optimizer, run.logger
     flex = attention_backend(config, device) == "flex"
     build_mask = FlexMaskBuilder().layout_mask if flex else dense_layout_mask
+    state = RLState(config=config_fields)
+    if run.saved is not None:
+        state = RLState(step=run.saved["step"], history=run.saved["history"], config=config_fields)
 
-    state = RLState(config=asdict(config))
-    latest = latest_state(output_dir) if config.resume else None
-    if latest is not None:
-        accelerator.load_state(str(latest))
-        saved = json.loads((latest / TRAINER_STATE_FILE).read_text())
-        state = RLState(step=saved["step"], history=saved["history"], config=state.config)
-        changed = [k for k in SCHEDULE_FIELDS if saved["config"].get(k) != state.config[k]]
-        if accelerator.is_main_process:
-            print(f"rl: resumed from {latest} at step {state.step}/{config.rl_steps}", file=sys.stderr)
-            if changed:
-                print(f"rl: warning: {', '.join(changed)} changed since the saved state; the run goes on with the new "
-                      f"values from step {state.step + 1}, which is not an exact resume", file=sys.stderr)
-
-    logger = RunLogger(config, output_dir, accelerator.is_main_process, state.step, config.rl_steps, "rl")
     if accelerator.is_main_process:
         keep_steps_up_to(output_dir / ROLLOUTS_FILE, state.step)
     run_step = _StepRunner(config, model, optimizer, rollout_model, engine, tokenizer, reward_fn, accelerator,

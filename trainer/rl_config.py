@@ -1,20 +1,18 @@
 """RLConfig: every knob of BiC-RL (TraceRL on execution rewards) in one dataclass, overridable from a TOML or YAML file.
 
-Defaults follow DICE's released RL configs (dice-method.md §1.6, §3.4): 64 tasks a step, groups of 16, dynamic
+Defaults follow DICE's released RL configs (docs/decoding.md#rl-recipe): 64 tasks a step, groups of 16, dynamic
 decoding at τ = 0.9 with temperature 1, a binary compiles-and-correct reward z-scored within each group, PPO clip
 0.2, k3-KL to the rollout policy with β = 0.01, AdamW at lr 1e-6, gradient clip 1. The two stages differ only in
-`stage`, `task_files`, `rl_steps` and `max_prompt_tokens` (see trainer/rl_configs/).
+`stage`, `task_files`, `rl_steps` and `max_prompt_tokens` (see trainer/rl_configs/). The fields every training run
+has (model, optimisation, speed, output) are TrainingConfig's; this file adds RL's and gives the shared ones their RL
+defaults.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from .config_files import config_from_dict, read_config_values
-from .sft_config import raise_first_bad_field, training_run_checks
+from .training_config import TrainingConfig
 
 STAGES = ("infill", "e2e")
 REWARDS = ("correct", "compiles")
@@ -27,22 +25,19 @@ class RLConfigError(ValueError):
     """A bad RL config value or file; the message names the field and what to do."""
 
 
-@dataclass
-class RLConfig:
-    """BiC-RL settings. Paths are relative to the working directory (or to the config file's folder when read with
-    `load_rl_config`)."""
+@dataclass(kw_only=True)
+class RLConfig(TrainingConfig):
+    """BiC-RL settings (with TrainingConfig's)."""
+
+    kind = "RL"
+    error = RLConfigError
+    path_list_fields = ("task_files", "eval_files")
 
     # --- model -------------------------------------------------------------------------------------------
     # The policy to start from: a checkpoint folder (an SFT run's `checkpoint/`, or stage 1's for stage 2), or a
-    # size preset of `DiceConfig.from_name` (from scratch: only for tests and plumbing runs).
+    # size preset (from scratch: only for tests and plumbing runs). RL trains the blocks the engine decodes, so only
+    # a preset takes another `block_size`.
     model: str = "runs/sft/checkpoint"
-    # Tokenizer folder; required for presets, optional for checkpoints (their own tokenizer is used by default).
-    tokenizer: str | None = None
-    # DiceConfig field overrides for presets, e.g. {num_hidden_layers = 4}.
-    model_overrides: dict[str, Any] = field(default_factory=dict)
-    # Block size; None keeps the checkpoint's (DICE: 4). RL trains the blocks the engine decodes, so only a preset
-    # takes another.
-    block_size: int | None = None
 
     # --- tasks -------------------------------------------------------------------------------------------
     # "infill" (stage 1: write the CUDA source inside a fixed ModelNew skeleton) or "e2e" (stage 2: the whole
@@ -52,7 +47,7 @@ class RLConfig:
     # Each line needs `pytorch_code`; infill tasks also `prefix` and `suffix`.
     task_files: list[str] = field(default_factory=list)
     # Tasks whose prompt is longer are dropped when the files are read, before any rollout, so rewards can never
-    # shift onto other tasks' responses (the pitfall of dice-method.md §3.5).
+    # shift onto other tasks' responses (docs/decoding.md#differences-from-the-released-code).
     max_prompt_tokens: int = 1500
     # RL steps (rollout -> reward -> update). Step s takes tasks [s*T, (s+1)*T) of the file order, modulo the
     # number of tasks: easy -> hard, as DICE's sequential_select.
@@ -91,7 +86,7 @@ class RLConfig:
     compile_timeout_s: float = 180.0
     check_timeout_s: float = 20.0
 
-    # --- objective (TraceRL, dice-method.md §3.3) -------------------------------------------------------------
+    # --- objective (TraceRL, docs/decoding.md#tracerl-loss) ---------------------------------------------------
     clip_epsilon: float = 0.2
     # Weight of the k3 estimate of KL(policy || rollout policy) on each target token.
     kl_beta: float = 0.01
@@ -101,54 +96,30 @@ class RLConfig:
     loss_normalization: str = "constant"
 
     # --- optimisation ------------------------------------------------------------------------------------
-    # Responses per GPU per micro-step (each response is one row holding all its trace rounds).
-    per_device_batch_size: int = 1
-    # Micro-steps per optimizer step; an RL step runs as many optimizer steps as its kept responses fill
-    # (per_device_batch_size * grad_accum * processes each; the last one may be partial).
+    # A row is one response holding all its trace rounds. An RL step runs as many optimizer steps as its kept
+    # responses fill (per_device_batch_size * grad_accum * processes each; the last one may be partial).
     grad_accum: int = 16
     learning_rate: float = 1e-6
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    max_grad_norm: float = 1.0
     # Seeds the rollouts' sampling (with the step and process) and weight init for presets.
     seed: int = 10086
 
     # --- speed -------------------------------------------------------------------------------------------
-    mixed_precision: str = "bf16"
-    fused_adamw: bool = True
-    fsdp_gather_in_mixed_precision: bool = False
-    fsdp_reduce_in_mixed_precision: bool = False
     gradient_checkpointing: bool = True
-    attention_backend: str = "auto"
-    compile: bool = True
 
     # --- output ------------------------------------------------------------------------------------------
-    # Run folder: `checkpoint/` (HF layout the server loads, replaced atomically), `state/step-N/` (exact resume),
-    # `tensorboard/`, `metrics.jsonl`, `rollouts.jsonl`, `reward_curve.png`.
+    # Also `rollouts.jsonl` and `reward_curve.png`. Steps (saving, logging) are RL steps.
     output_dir: str = "runs/rl"
-    # Write the checkpoint and a resumable state every N RL steps (and always at the end); 0 = end only.
     save_every_steps: int = 1
-    save_dtype: str = "bfloat16"
-    keep_last_states: int = 2
-    resume: bool = True
     # Responses of each step written with their text and verdict to rollouts.jsonl (the first ones of the step).
     log_completions: int = 8
     log_every_steps: int = 1
-    tensorboard: bool = True
-    progress_bar: bool = True
-
-    def __post_init__(self):
-        self.validate()
 
     @property
     def responses_per_step(self) -> int:
         return self.tasks_per_step * self.group_size
 
-    def validate(self) -> None:
-        """Raise RLConfigError naming the first bad field."""
-        checks = [
+    def own_field_checks(self) -> list[tuple[str, bool, str]]:
+        return [
             ("stage", self.stage in STAGES, f"must be one of {STAGES}"),
             ("max_prompt_tokens", self.max_prompt_tokens >= 1, "must be >= 1"),
             ("rl_steps", self.rl_steps >= 1, "must be >= 1"),
@@ -175,16 +146,6 @@ class RLConfig:
              f"must be one of {LOSS_NORMALIZATIONS}"),
             ("log_completions", self.log_completions >= 0, "must be >= 0"),
         ]
-        raise_first_bad_field(self, checks + training_run_checks(self), "RL", RLConfigError)
-
-    def replace(self, **changes) -> "RLConfig":
-        return dataclasses.replace(self, **changes)
 
 
-def load_rl_config(path: str | Path, **overrides) -> RLConfig:
-    """Read a TOML (.toml) or YAML (.yaml/.yml) file over the defaults; relative paths are taken from the file's
-    folder (`model` too when that folder holds it). `overrides` (e.g. from the command line) win over the file."""
-    values = read_config_values(path, "RL", RLConfigError, path_fields=("tokenizer", "output_dir"),
-                                path_list_fields=("task_files", "eval_files"))
-    values.update(overrides)
-    return config_from_dict(RLConfig, values, "RL", RLConfigError, source=str(path))
+load_rl_config = RLConfig.load

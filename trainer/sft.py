@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -27,11 +25,8 @@ from .sft_config import SFTConfig, SFTConfigError, load_sft_config
 from .sft_data import RowStream, SFTDataError, SFTSample, check_train_files, load_sft_samples
 from .sft_loss import FlexMaskBuilder, add_noise, attention_pairs, dense_diffusion_mask, diffusion_loss_sum
 from .tokenizer_training import MASK
+from .training_run import CHECKPOINT_DIR, attention_backend, make_accelerator, prepare_run, save_run, write_loss_curve
 
-STATE_DIR = "state"
-CHECKPOINT_DIR = "checkpoint"
-TRAINER_STATE_FILE = "trainer_state.json"
-METRICS_FILE = "metrics.jsonl"
 LOSS_CURVE_FILE = "loss_curve.png"
 
 # Dense bf16 tensor-core peak (no sparsity) per device, TFLOP/s, for the MFU readout when peak_tflops is unset.
@@ -232,47 +227,6 @@ class TrainerState:
     config: dict = field(default_factory=dict)
 
 
-def make_accelerator(config: SFTConfig):
-    from accelerate import Accelerator
-
-    # Without CUDA, processes started by torchrun/accelerate form a gloo (CPU) group: how the tests exercise DDP.
-    on_cpu = not torch.cuda.is_available()
-    accelerator = Accelerator(
-        mixed_precision="no" if on_cpu else config.mixed_precision, project_dir=config.output_dir, cpu=on_cpu
-    )
-    plugin = getattr(accelerator.state, "fsdp_plugin", None)
-    if plugin is not None and accelerator.mixed_precision != "no":
-        plugin.mixed_precision_policy = fsdp_mixed_precision_policy(config, plugin.fsdp_version)
-    return accelerator
-
-
-def fsdp_mixed_precision_policy(config: SFTConfig, fsdp_version: int):
-    """The FSDP precision policy the config asks for (see `fsdp_gather_in_mixed_precision` in SFTConfig): fp32
-    unless a knob names the mixed dtype; the training loop's autocast casts for the matmuls."""
-    mixed = {"bf16": torch.bfloat16, "fp16": torch.float16}[config.mixed_precision]
-    gather = mixed if config.fsdp_gather_in_mixed_precision else torch.float32
-    reduce = mixed if config.fsdp_reduce_in_mixed_precision else torch.float32
-    if fsdp_version == 1:
-        from torch.distributed.fsdp import MixedPrecision
-
-        return MixedPrecision(param_dtype=gather, reduce_dtype=reduce, buffer_dtype=torch.float32)
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    return MixedPrecisionPolicy(param_dtype=gather, reduce_dtype=reduce, output_dtype=gather)
-
-
-def attention_backend(config: SFTConfig, device: torch.device) -> str:
-    if config.attention_backend != "auto":
-        return config.attention_backend
-    return "flex" if device.type == "cuda" and config.compile else "dense"
-
-
-def latest_state(output_dir: Path) -> Path | None:
-    states = sorted((output_dir / STATE_DIR).glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
-    complete = [p for p in states if (p / TRAINER_STATE_FILE).is_file()]
-    return complete[-1] if complete else None
-
-
 def train_sft(config: SFTConfig) -> SFTResult:
     """Run SFT as configured (in this process; under `accelerate launch` in each of its processes)."""
     check_train_files(config.train_files)
@@ -308,40 +262,21 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
     total_steps = config.max_steps or max(1, math.ceil(config.epochs * rows_per_epoch / global_rows))
     warmup = config.warmup_steps if config.warmup_steps is not None else math.ceil(config.warmup_ratio * total_steps)
 
-    model.gradient_checkpointing = config.gradient_checkpointing
-    model.train()
-    if device.type == "cuda" and config.compile:
-        for layer in model.model.layers:
-            layer.compile(dynamic=False)
-    # The fused AdamW kernel wants its parameters on the GPU when it is built; FSDP2 wants model and optimizer
-    # prepared together (it re-points the optimizer at the sharded parameters).
-    model.to(device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-        eps=config.adam_epsilon, weight_decay=config.weight_decay, fused=device.type == "cuda" and config.fused_adamw,
-    )
-    model, optimizer = accelerator.prepare(model, optimizer)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: lr_multiplier(step, config.schedule, warmup, total_steps, config.min_lr_ratio),
-    )
-    accelerator.register_for_checkpointing(scheduler)
+    def resume_warning(saved: dict) -> str | None:
+        if saved["global_rows"] == global_rows:
+            return None
+        return (f"the global batch changed from {saved['global_rows']} to {global_rows} rows; training continues at "
+                f"row {saved['step'] * global_rows} of the data stream, which is not an exact resume")
 
+    run = prepare_run(
+        config, model, accelerator, "sft", total_steps, fixed_shapes=True, resume_warning=resume_warning,
+        make_scheduler=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: lr_multiplier(step, config.schedule, warmup, total_steps, config.min_lr_ratio)),
+    )
+    model, optimizer, scheduler, logger = run.model, run.optimizer, run.scheduler, run.logger
     state = TrainerState(global_rows=global_rows, config=asdict(config))
-    latest = latest_state(output_dir) if config.resume else None
-    if latest is not None:
-        accelerator.load_state(str(latest))
-        saved = json.loads((latest / TRAINER_STATE_FILE).read_text())
-        state = TrainerState(step=saved["step"], global_rows=global_rows, losses=saved["losses"],
-                             config=state.config)
-        if accelerator.is_main_process:
-            print(f"sft: resumed from {latest} at step {state.step}/{total_steps}", file=sys.stderr)
-            if saved["global_rows"] != global_rows:
-                print(f"sft: warning: the global batch changed from {saved['global_rows']} to {global_rows} rows; "
-                      f"training continues at row {state.step * global_rows} of the data stream, which is not an "
-                      f"exact resume", file=sys.stderr)
-
-    logger = RunLogger(config, output_dir, accelerator.is_main_process, state.step, total_steps, "sft")
+    if run.saved is not None:
+        state = replace(state, step=run.saved["step"], losses=run.saved["losses"])
     peak = device_peak_flops(config, device)
     first_step = state.step
     result = SFTResult(steps=state.step, final_loss=float("nan"), checkpoint_dir=None,
@@ -413,140 +348,6 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
         write_loss_curve(state.losses, output_dir / LOSS_CURVE_FILE)
     accelerator.wait_for_everyone()
     return result
-
-
-def save_run(accelerator, model, tokenizer, state: TrainerState, config: SFTConfig, output_dir: Path) -> None:
-    """Write the HF checkpoint the server loads (checkpoint/, replaced atomically by `dice_copilot.model.save`),
-    then the resumable state (state/step-N, written to a temp folder and renamed when complete)."""
-    states = output_dir / STATE_DIR
-    final = states / f"step-{state.step}"
-    staging = states / f".step-{state.step}.tmp"
-    if accelerator.is_main_process:
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(staging), safe_serialization=False)
-    full_state = accelerator.get_state_dict(model)
-    if accelerator.is_main_process:
-        from dice_copilot.model import save
-
-        save(export_model(accelerator.unwrap_model(model).config, full_state, config.save_dtype), tokenizer,
-             output_dir / CHECKPOINT_DIR)
-    if accelerator.is_main_process:
-        (staging / TRAINER_STATE_FILE).write_text(json.dumps(asdict(state)) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(staging, final)
-        for old in sorted(states.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))[:-config.keep_last_states]:
-            shutil.rmtree(old, ignore_errors=True)
-    accelerator.wait_for_everyone()
-
-
-def export_model(model_config, state_dict: dict[str, torch.Tensor], dtype_name: str):
-    """A CPU copy of the trained weights in the export dtype, for `dice_copilot.model.save`."""
-    from dice_copilot.model.checkpoint import resolve_dtype
-    from dice_copilot.model.network import DiceForBlockDiffusion
-
-    dtype = resolve_dtype(dtype_name, model_config.torch_dtype)
-    with torch.device("meta"):
-        exported = DiceForBlockDiffusion(model_config)
-    weights = {name: t.detach().to("cpu", dtype) for name, t in state_dict.items() if name in exported.state_dict()}
-    exported.load_state_dict(weights, strict=False, assign=True)
-    if model_config.tie_word_embeddings:
-        exported.lm_head.weight = exported.model.embed_tokens.weight
-    exported.config = replace(model_config, torch_dtype={torch.bfloat16: "bfloat16", torch.float16: "float16",
-                                                          torch.float32: "float32"}[dtype], untrained=False)
-    return exported.eval()
-
-
-class RunLogger:
-    """Progress bar, metrics.jsonl and TensorBoard scalars (main process only) of a training run (SFT or RL: the
-    config's log_every_steps, tensorboard and progress_bar)."""
-
-    def __init__(self, config, output_dir: Path, is_main: bool, first_step: int, total_steps: int, name: str):
-        self.config = config
-        self.active = is_main
-        self.writer = None
-        self.bar = None
-        if not is_main:
-            return
-        output_dir.mkdir(parents=True, exist_ok=True)
-        keep_steps_up_to(output_dir / METRICS_FILE, first_step)
-        self.metrics = (output_dir / METRICS_FILE).open("a")
-        if config.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(output_dir / "tensorboard"), purge_step=first_step or None)
-        if config.progress_bar:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total_steps, initial=first_step, desc=name, unit="step", dynamic_ncols=True)
-
-    def log_step(self, step: int, postfix: dict[str, str], **values) -> None:
-        """One step: `postfix` for the progress bar, `values` (None ones left out) for the logs."""
-        if not self.active:
-            return
-        if self.bar is not None:
-            self.bar.set_postfix(postfix, refresh=False)
-            self.bar.update(1)
-        if step % self.config.log_every_steps == 0 or step == 1:
-            record = {"step": step, **{k: v for k, v in values.items() if v is not None}}
-            self.metrics.write(json.dumps(record) + "\n")
-            self.metrics.flush()
-            if self.writer is not None:
-                for name, value in record.items():
-                    if name != "step":
-                        self.writer.add_scalar(f"train/{name}", value, step)
-
-    def close(self) -> None:
-        if not self.active:
-            return
-        if self.bar is not None:
-            self.bar.close()
-        if self.writer is not None:
-            self.writer.close()
-        self.metrics.close()
-
-
-def keep_steps_up_to(path: Path, step: int) -> None:
-    """Drop the records of a JSONL log with a "step" past `step`: those a resumed run is about to redo (steps taken
-    after the state it resumes from), which would otherwise be in the log twice."""
-    if not path.is_file():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if not line.strip() or json.loads(line).get("step", 0) <= step]
-    if len(kept) < len(lines):
-        path.write_text("".join(kept))
-
-
-def write_loss_curve(losses: list[list[float]], path: Path, label: str = "loss",
-                     ylabel: str = "diffusion loss (CE / p per answer token)", log_scale: bool = True) -> Path | None:
-    """Plot a value per step (and a moving average) to a PNG: the loss of SFT, the mean reward of RL."""
-    if not losses:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [s for s, _ in losses]
-    values = [v for _, v in losses]
-    window = max(1, len(values) // 50)
-    smooth = [sum(values[max(0, i - window + 1): i + 1]) / len(values[max(0, i - window + 1): i + 1])
-              for i in range(len(values))]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.plot(steps, values, alpha=0.35, label=label)
-    if window > 1:
-        ax.plot(steps, smooth, label=f"moving average ({window} steps)")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel(ylabel)
-    if log_scale:
-        ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 # --- command line -----------------------------------------------------------------------------------------------
