@@ -17,7 +17,7 @@ MODEL_TYPE_DEFAULTS: dict[str, dict] = {"sdar": QWEN3_CONFIG_DEFAULTS, "qwen3": 
 SUPPORTED_MODEL_TYPES = tuple(MODEL_TYPE_DEFAULTS)
 
 
-# Qwen2/Qwen3 tokenizer ids used by DICE (dice-method.md §2.1).
+# Qwen2/Qwen3 tokenizer ids used by DICE (docs/decoding.md#token-ids).
 QWEN_ENDOFTEXT_ID = 151643
 QWEN_IM_END_ID = 151645
 SDAR_MASK_TOKEN_ID = 151669
@@ -134,7 +134,7 @@ PRESETS: dict[str, dict] = {
         num_key_value_heads=4, head_dim=64, max_position_embeddings=8192, mask_token_id=32767, eos_token_id=0,
         pad_token_id=0,
     ),
-    # The DICE shapes (Qwen3 1.7B / 4B / 8B; dice-method.md §2.1).
+    # The DICE shapes (Qwen3 1.7B / 4B / 8B; docs/decoding.md#model-shapes).
     "dice-1.7b": dict(
         hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
         num_key_value_heads=8, tie_word_embeddings=True,

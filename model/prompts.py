@@ -2,7 +2,7 @@
 
 The templates are the trained distribution: DICE saw exactly these bytes (odd indentation, the literal `\\n`
 escapes that became newlines, the trailing blank line after `assistant`), so they are reproduced unchanged from
-`training/RL/sample/sdar_rl_rollout_kernel.py` of https://github.com/deadlykitten4/DICE (dice-method.md §1.3).
+`training/RL/sample/sdar_rl_rollout_kernel.py` of https://github.com/deadlykitten4/DICE (docs/decoding.md#prompts).
 """
 
 import re

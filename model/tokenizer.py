@@ -47,7 +47,7 @@ class DiceTokenizer:
         self.mask_token_id = mask_token_id
         self.eos_token_id = self._required_id(ENDOFTEXT)
         self.pad_token_id = self.eos_token_id if pad_token_id is None else pad_token_id
-        # A sequence ends at <|endoftext|> or at the end of the assistant turn (dice-method.md §5.6).
+        # A sequence ends at <|endoftext|> or at the end of the assistant turn (docs/decoding.md#stopping).
         self.stop_token_ids = [self.eos_token_id] + [i for i in [tokenizer.token_to_id(IM_END)] if i is not None]
 
     def _required_id(self, token: str) -> int:

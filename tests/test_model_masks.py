@@ -1,4 +1,4 @@
-"""The attention masks match the block-diffusion spec on small cases (dice-method.md §2.3, §5.3)."""
+"""The attention masks match the block-diffusion rules on small cases (docs/decoding.md#blocks-and-positions)."""
 
 import torch
 

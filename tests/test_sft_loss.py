@@ -1,4 +1,5 @@
-"""The block-diffusion objective: the [x_t ‖ x_0] mask leaks nothing, noise follows §2.2, the loss is CE/p unshifted."""
+"""The block-diffusion objective (docs/decoding.md#block-diffusion-sft): the [x_t ‖ x_0] mask leaks nothing, the noise
+follows its rule, the loss is CE/p unshifted."""
 
 import math
 

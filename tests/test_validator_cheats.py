@@ -19,8 +19,8 @@ HONEST = MANIFEST["honest"]
 STATIC_CHEATS = [c for c in CHEATS if c["caught"] == "static"]
 RUNTIME_CHEATS = [c for c in CHEATS if c["caught"] == "runtime"]
 
-# Spec §2 rows the suite must cover (row 17-20 need shapes, sanitizers, secrets or statistics, not a candidate file),
-# plus KernelBench's own three adversarial kernels.
+# Cheats of docs/validator.md#cheat-list the suite must cover (#17, #18 and #20 need shapes, sanitizers or statistics,
+# not a candidate file), plus KernelBench's own three adversarial kernels.
 REQUIRED_PATTERNS = ["#1", "#2", "#3", "#4", "#5", "#6", "#7", "#8", "#9", "#10", "#11", "#12", "#13", "#14", "#15",
                      "#16", "#19", "result_reuse", "zero_out", "non_default_stream", "no custom kernel"]
 

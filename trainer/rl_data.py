@@ -3,7 +3,7 @@
 Stage 1 (infill) tasks carry the ModelNew skeleton around the CUDA source (`prefix`, `suffix`) and use DICE's
 kernel-infilling prompt; stage 2 (e2e) tasks carry only the PyTorch module and use the end-to-end prompt. CuKe
 writes both files ordered easy -> hard, and step s takes tasks [s*T, (s+1)*T) modulo the task count, so a run
-goes from single ops to fused chains as DICE's sequential schedule does (dice-method.md §1.2).
+goes from single ops to fused chains as DICE's sequential schedule does (docs/decoding.md#bic-rl).
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
-"""TraceRL's training rows, policy log-probs and clipped objective for block-diffusion rollouts (dice-method.md §3.3).
+"""TraceRL's training rows, policy log-probs and clipped objective for block-diffusion rollouts
+(docs/decoding.md#tracerl-rows, #tracerl-loss).
 
 A rollout comes from the engine with `step_map`: the denoising pass at which each token was committed. Blocks are
-aligned to absolute positions, as the engine decodes them (the prompt tail shares the first block), not counted
-from the response start as the released code does (§3.5). Round c of a block takes the tokens committed at its c-th
-distinct pass: they are that round's targets, and every token of the block committed at that pass or later is
-masked, which is the block the sampler saw when it chose them. All rounds of a response share its clean sequence,
-so they go in one row, [noisy copy 0 ‖ ... ‖ noisy copy R-1 ‖ clean prompt + response], where copy c of block b
-sees its own block and the clean blocks before b (`sft_loss.visible`); a block with fewer rounds is clean in the
-later copies. Positions past the response's end in its last block (cut from the Generation at the stop token or the
-length limit) stay masked in every copy and are never targets. Every response token is a target exactly once.
+aligned to absolute positions, as the engine decodes them (the prompt tail shares the first block), not counted from
+the response start as the released code does (docs/decoding.md#differences-from-the-released-code). Round c of a block
+takes the tokens committed at its c-th distinct pass: they are that round's targets, and every token of the block
+committed at that pass or later is masked, which is the block the sampler saw when it chose them. All rounds of a
+response share its clean sequence, so they go in one row, [noisy copy 0 ‖ ... ‖ noisy copy R-1 ‖ clean prompt +
+response], where copy c of block b sees its own block and the clean blocks before b (`sft_loss.visible`); a block with
+fewer rounds is clean in the later copies. Positions past the response's end in its last block (cut from the Generation
+at the stop token or the length limit) stay masked in every copy and are never targets. Every response token is a
+target exactly once.
 """
 
 from __future__ import annotations

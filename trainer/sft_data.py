@@ -1,10 +1,10 @@
 """SFT data: JSONL records -> token samples (padded to whole blocks) -> packed rows in a deterministic stream.
 
-Pad-to-block rule (DICE's, dice-method.md §1.4): every sample (prompt + response) is right-padded with the pad token
-(`<|endoftext|>`) to a multiple of the block size and the pads are *trained* like answer tokens, so the model learns
-to fill the rest of the last block with `<|endoftext|>` after `<|im_end|>`. Blocks are counted from each sample's
-first token (position ids restart at 0 per sample), which is how the engine aligns them: to absolute positions of the
-prompt + generation.
+Pad-to-block rule (DICE's, docs/decoding.md#block-diffusion-sft): every sample (prompt + response) is right-padded with
+the pad token (`<|endoftext|>`) to a multiple of the block size and the pads are *trained* like answer tokens, so the
+model learns to fill the rest of the last block with `<|endoftext|>` after `<|im_end|>`. Blocks are counted from each
+sample's first token (position ids restart at 0 per sample), which is how the engine aligns them: to absolute positions
+of the prompt + generation.
 
 The row stream: epoch e shuffles the samples (seed + e), packs them best-fit into rows of `seq_len` tokens and
 shuffles the rows; the stream is epoch 0's rows, then epoch 1's, ... Optimizer step s takes stream rows

@@ -1,4 +1,5 @@
-"""The block-diffusion SFT objective (dice-method.md §2.2): noise, the [x_t ‖ x_0] attention mask, the 1/p loss.
+"""The block-diffusion SFT objective (docs/decoding.md#block-diffusion-sft): noise, the [x_t ‖ x_0] attention mask, the
+1/p loss.
 
 For a packed row of L clean tokens x_0 the model sees 2L tokens: the noised copy x_t, then x_0, with the same
 position ids in both halves. Noisy block b of a sample attends to its own noisy block and to that sample's clean

@@ -1,4 +1,5 @@
-"""Cheat (spec §2 #13): enables TF32 globally so the reference (same process) and cuBLAS run in reduced precision."""
+"""Cheat #13 (docs/validator.md): enables TF32 globally so the reference (same process) and cuBLAS run in reduced
+precision."""
 
 
 import torch

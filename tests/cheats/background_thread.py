@@ -1,4 +1,4 @@
-"""Cheat (spec §2 #10, thread injection): a background thread launches the kernel after forward returns."""
+"""Cheat #10 (docs/validator.md, thread injection): a background thread launches the kernel after forward returns."""
 
 import threading
 

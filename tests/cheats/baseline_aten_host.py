@@ -1,4 +1,5 @@
-"""Cheat (spec §2 #1, baseline wrapping in C++): the host wrapper calls torch::matmul and a token copy kernel."""
+"""Cheat #1 (docs/validator.md, baseline wrapping in C++): the host wrapper calls torch::matmul and a token copy
+kernel."""
 
 import torch
 import torch.nn as nn

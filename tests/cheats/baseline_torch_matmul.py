@@ -1,4 +1,4 @@
-"""Cheat (spec §2 #1, baseline wrapping): a token kernel adds zero while torch.matmul does the real work."""
+"""Cheat #1 (docs/validator.md, baseline wrapping): a token kernel adds zero while torch.matmul does the real work."""
 
 import torch
 import torch.nn as nn

@@ -1,4 +1,5 @@
-"""Cheat (spec §2 #8, batch-and-skip): computes on every other call and returns the stored result in between."""
+"""Cheat #8 (docs/validator.md, batch-and-skip): computes on every other call and returns the stored result in
+between."""
 
 
 import torch

@@ -1,4 +1,5 @@
-"""Cheat (spec §5.1): captures one launch in a CUDA graph and replays it, returning the graph's static output."""
+"""Cheat #21 (docs/validator.md): captures one launch in a CUDA graph and replays it, returning the graph's static
+output."""
 
 
 import torch

@@ -1,5 +1,5 @@
-"""Cheat (spec §2 #5; KernelBench's result-reuse kernel): returns torch::empty_like without writing it, hoping the
-allocator hands back the reference's freed output buffer. A kernel is launched, but it never stores anything."""
+"""Cheat #5 (docs/validator.md, KernelBench's result-reuse kernel): returns torch::empty_like without writing it, hoping
+the allocator hands back the reference's freed output buffer. A kernel is launched, but it never stores anything."""
 
 import torch
 import torch.nn as nn

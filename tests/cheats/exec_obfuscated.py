@@ -1,4 +1,5 @@
-"""Cheat (spec §5.1): hides a PyTorch fallback inside an encoded string run with exec, invisible to an AST scan."""
+"""Cheat #22 (docs/validator.md): hides a PyTorch fallback inside an encoded string run with exec, invisible to an AST
+scan."""
 
 import base64
 

@@ -1,4 +1,4 @@
-"""Cheat (spec §2 #7): a module-level cache keyed by shape and a few sampled values (a cheap fingerprint)."""
+"""Cheat #7 (docs/validator.md): a module-level cache keyed by shape and a few sampled values (a cheap fingerprint)."""
 
 
 import torch

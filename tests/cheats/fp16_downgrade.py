@@ -1,4 +1,5 @@
-"""Cheat (spec §2 #13, precision downgrade): an fp32 GEMM whose tiles are rounded to fp16 before multiplying."""
+"""Cheat #13 (docs/validator.md, precision downgrade): an fp32 GEMM whose tiles are rounded to fp16 before
+multiplying."""
 
 import torch
 import torch.nn as nn

@@ -1,4 +1,5 @@
-"""Cheat (spec §2 #19, harness leak): walks up the interpreter frames to find the reference output and returns it."""
+"""Cheat #19 (docs/validator.md, harness leak): walks up the interpreter frames to find the reference output and returns
+it."""
 
 import inspect
 

@@ -1,5 +1,5 @@
-"""Cheat (spec §2 #4, ghost optimization branch, statically invisible): a token kernel runs on one element while
-Python operators (no named torch call) compute the real answer. Only runtime kernel attribution can catch it."""
+"""Cheat #4 (docs/validator.md, ghost optimization branch, statically invisible): a token kernel runs on one element
+while Python operators (no named torch call) compute the real answer. Only runtime kernel attribution can catch it."""
 
 import torch
 import torch.nn as nn

@@ -1,4 +1,4 @@
-"""Cheat (spec §2 #4, ghost optimization branch): the kernel branch is never taken for real shapes."""
+"""Cheat #4 (docs/validator.md, ghost optimization branch): the kernel branch is never taken for real shapes."""
 
 import torch
 import torch.nn as nn

@@ -1,4 +1,5 @@
-"""Cheat (spec §2 #10, C++ side): the host wrapper returns at once and a detached std::thread launches the kernel."""
+"""Cheat #10 (docs/validator.md, C++ side): the host wrapper returns at once and a detached std::thread launches the
+kernel."""
 
 import torch
 import torch.nn as nn

@@ -1,4 +1,4 @@
-"""Cheat (spec §2 #3, inheritance bypass): ModelNew inherits the reference and changes nothing."""
+"""Cheat #3 (docs/validator.md, inheritance bypass): ModelNew inherits the reference and changes nothing."""
 
 import torch
 import torch.nn as nn

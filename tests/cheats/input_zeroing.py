@@ -1,5 +1,5 @@
-"""Cheat (spec §2 #6; KernelBench's zero-out kernel): zeroes the input in place and returns zeros, so a reference
-that runs afterwards on the same tensor also returns zeros."""
+"""Cheat #6 (docs/validator.md, KernelBench's zero-out kernel): zeroes the input in place and returns zeros, so a
+reference that runs afterwards on the same tensor also returns zeros."""
 
 import torch
 import torch.nn as nn

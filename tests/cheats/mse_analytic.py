@@ -1,5 +1,5 @@
-"""Cheat (spec §2 #15, analytic answer): E[(a - b)^2] = 1/6 for independent uniform [0, 1) inputs, so writing the
-constant passes the given distribution without reading the inputs."""
+"""Cheat #15 (docs/validator.md, analytic answer): E[(a - b)^2] = 1/6 for independent uniform [0, 1) inputs, so writing
+the constant passes the given distribution without reading the inputs."""
 
 import torch
 import torch.nn as nn

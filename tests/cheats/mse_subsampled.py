@@ -1,5 +1,5 @@
-"""Cheat (spec §2 #15, partial computation): averages only every second squared difference; on uniform inputs the
-sample mean is within tolerance of the full mean."""
+"""Cheat #15 (docs/validator.md, partial computation): averages only every second squared difference; on uniform inputs
+the sample mean is within tolerance of the full mean."""
 
 import torch
 import torch.nn as nn

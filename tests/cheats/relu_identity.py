@@ -1,4 +1,5 @@
-"""Cheat (spec §2 #16): on uniform [0, 1) inputs ReLU is the identity, so a plain copy passes the given distribution."""
+"""Cheat #16 (docs/validator.md): on uniform [0, 1) inputs ReLU is the identity, so a plain copy passes the given
+distribution."""
 
 import torch
 import torch.nn as nn

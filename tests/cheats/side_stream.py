@@ -1,5 +1,5 @@
-"""Cheat (spec §2 #9; KernelBench's non-default-stream kernel): the GEMM runs on a private non-blocking stream,
-so timing events recorded on the current stream measure almost nothing."""
+"""Cheat #9 (docs/validator.md, KernelBench's non-default-stream kernel): the GEMM runs on a private non-blocking
+stream, so timing events recorded on the current stream measure almost nothing."""
 
 import torch
 import torch.nn as nn

@@ -1,4 +1,5 @@
-"""Cheat (spec §2 #9, Python side): forward launches the kernel on a fresh torch.cuda.Stream the timer does not see."""
+"""Cheat #9 (docs/validator.md, Python side): forward launches the kernel on a fresh torch.cuda.Stream the timer does
+not see."""
 
 
 import torch

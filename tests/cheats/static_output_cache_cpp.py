@@ -1,4 +1,4 @@
-"""Cheat (spec §2 #7/#8, C++ side): a host-side static tensor keeps the first result and returns it for every
+"""Cheat #7/#8 (docs/validator.md, C++ side): a host-side static tensor keeps the first result and returns it for every
 later call with the same shape."""
 
 import torch

@@ -1,4 +1,5 @@
-"""Cheat (spec §2 #11, lazy evaluation): forward returns a Tensor subclass that only computes when compared."""
+"""Cheat #11 (docs/validator.md, lazy evaluation): forward returns a Tensor subclass that only computes when
+compared."""
 
 
 import torch

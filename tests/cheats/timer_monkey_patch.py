@@ -1,4 +1,4 @@
-"""Cheat (spec §2 #12): replaces CUDA event timing and time.perf_counter so every call looks instant."""
+"""Cheat #12 (docs/validator.md): replaces CUDA event timing and time.perf_counter so every call looks instant."""
 
 import time
 

@@ -1,4 +1,4 @@
-"""Cheat (spec §2 #14, statistically trivial output): softmax over 16384 columns is ~6e-5 everywhere, so zeros
+"""Cheat #14 (docs/validator.md, statistically trivial output): softmax over 16384 columns is ~6e-5 everywhere, so zeros
 pass a plain allclose at atol=1e-4."""
 
 import torch

@@ -1,4 +1,4 @@
-"""Mean squared error of two uniform tensors: its expectation is the constant 1/6 (spec §2 #15)."""
+"""Mean squared error of two uniform tensors: its expectation is the constant 1/6 (cheat #15 of docs/validator.md)."""
 
 import torch
 import torch.nn as nn

@@ -1,4 +1,4 @@
-"""ReLU on uniform [0, 1) inputs: on the given distribution ReLU is the identity (spec §2 #16)."""
+"""ReLU on uniform [0, 1) inputs: on the given distribution ReLU is the identity (cheat #16 of docs/validator.md)."""
 
 import torch
 import torch.nn as nn

@@ -1,4 +1,5 @@
-"""Row softmax over a wide axis: every output is ~1/16384 < 1e-4, so all-zeros passes a plain allclose (spec §2 #14)."""
+"""Row softmax over a wide axis: every output is ~1/16384 < 1e-4, so all-zeros passes a plain allclose (cheat #14 of
+docs/validator.md)."""
 
 import torch
 import torch.nn as nn
