@@ -1,19 +1,13 @@
-"""BlockDiffusionEngine: block-wise parallel decoding of a DICE/SDAR model with a static KV cache.
+"""BlockDiffusionEngine: block-wise parallel decoding of a DICE/SDAR model over a static KV cache.
 
-Algorithm (dice-method.md §2.3 with the corrections of §5):
-- blocks are aligned to absolute positions; the prompt tail shares the first generation block and stays fixed;
-- the prompt's whole blocks are prefilled once, block-causally;
-- every denoising pass feeds [previous block ‖ current block] (2 × block_size query tokens): the previous block
-  is clean, so its KV written in that pass is final. This fuses the reference loop's extra "save" pass of block b
-  into the first denoising pass of block b+1, and gives every pass the same shape (ready for CUDA graphs);
-- committed tokens are never re-masked; confidence comes from the unfiltered softmax;
-- stop tokens are checked when a block is committed.
-
-Batching (dice-method.md §2.4, §5.7): a ContinuousBatcher owns a fixed number of row slots over one static cache.
-Each row has its own block position and step count on the device; a row that finishes leaves at its block
-boundary and the next waiting request is prefilled into its slot, so the pass shape (and its CUDA graphs) never
-changes. `generate()` is that loop with one slot per sequence and every request submitted up front.
+The decoding rules (blocks, denoising passes, the commit strategies, stops) are written out in docs/decoding.md
+("Decoding"). This file reads top-down: the engine; the ContinuousBatcher that every generate() call drives; the
+batcher's device state (SlotBuffers); the ForwardRunner that runs one denoising pass (on a GPU, replays it as a CUDA
+graph); then the pass's own arithmetic: sampling, the row bookkeeping and the commit rule. How many rows × positions
+fit in memory is memory_plan's question; the caller's decoding choices and their defaults are in decoding.
 """
+
+from __future__ import annotations
 
 import itertools
 import logging
@@ -28,17 +22,181 @@ import torch
 import torch._dynamo.exc
 import torch._inductor.config
 
-from .config import DiceConfig
+from .decoding import DEFAULT_MAX_NEW_TOKENS, DEFAULT_STRATEGY, DEFAULT_THRESHOLD, DecodingPolicy
 from .masks import block_causal_mask
+from .memory_plan import (CacheBudget, CacheMemoryError, CachePlan, available_memory, cache_capacity, plan_cache,
+                          positions_needed)
 from .network import DiceForBlockDiffusion, KVCache, uses_pdl
 
+# The engine's API: what it takes and returns, and what it raises when a batch does not fit.
+__all__ = ["BlockDiffusionEngine", "ContinuousBatcher", "DecodingPolicy", "Generation", "GenerationStats",
+           "BlockUpdate", "CacheBudget", "CacheMemoryError"]
+
 log = logging.getLogger(__name__)
-STRATEGIES = ("dynamic", "static", "sequential")
 FINISH_REASONS = ("length", "stop", "cancelled")
 # Positions (prompt + generation) one ContinuousBatcher slot holds unless told otherwise: a long DICE prompt plus
-# the 4,096-token training horizon of an answer (dice-method.md §5.6).
+# the 4,096 answer tokens DICE was trained and evaluated with.
 DEFAULT_MAX_LENGTH = 8192
-GIB = 1 << 30
+
+
+class BlockDiffusionEngine:
+    """Decodes many prompts × n candidates at once with a block-diffusion model. One generate() call:
+
+    1. prompt: every (prompt, candidate) row takes a slot of one static KV cache (a ContinuousBatcher with a slot
+       per row); the prompt's whole blocks are prefilled once, block-causally. Blocks are aligned to absolute
+       positions, so the prompt's tail shares the first generation block (and stays fixed there).
+    2. blocks: the rest of that block and every later one start fully masked; a row decodes one block at a time.
+    3. denoising passes: each pass feeds every row's [previous block ‖ current block] and predicts a token and its
+       confidence (softmax probability) at each masked position of the current block. The previous block is clean,
+       so the keys/values the pass writes for it are final; every pass has one shape, and on a GPU it is one CUDA
+       graph replay (ForwardRunner.run_pass) whose outcome the host reads while the next pass runs.
+    4. commit rule: a pass commits SDAR's even share of the block's masks over steps_per_block passes, the most
+       confident first (`static`, `dynamic`) or left to right (`sequential`); `dynamic`, the default, also commits
+       every masked token whose confidence exceeds `threshold`. Committed tokens are never re-masked.
+    5. stop: once its block holds no mask, a row ends if the block holds a stop token (kept in token_ids) or if it
+       reached max_new_tokens; otherwise it moves on to the next block. Results come back prompt-major.
+    """
+
+    def __init__(self, model: DiceForBlockDiffusion, tokenizer, device=None, use_cuda_graphs: bool | None = None,
+                 compile: bool | None = None, cache_budget: CacheBudget | None = None, compile_mode: str | None = None):
+        """use_cuda_graphs / compile default to on for CUDA devices (compiling costs ~a minute at load).
+        compile_mode: torch.compile's mode for the forward (benchmarks compare them; the runner captures its own
+        graphs, so not a "reduce-overhead" one)."""
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        if next(model.parameters()).device != self.device:
+            self.model.to(self.device)
+        self.model.fuse_projections()  # after the move: moving a model undoes the fusion
+        self.dtype = next(self.model.parameters()).dtype
+        self.cache_budget = cache_budget or CacheBudget()
+        if use_cuda_graphs is None:
+            use_cuda_graphs = self.device.type == "cuda"
+        if compile is None:
+            compile = use_cuda_graphs
+        self.runner = ForwardRunner(self.model, use_cuda_graphs, compile=compile, compile_mode=compile_mode)
+        self._kept: SlotBuffers | None = None  # the last batcher's buffers, for the next one of that shape
+
+    def generate(
+        self,
+        prompts: Sequence[str] | Sequence[Sequence[int]],
+        n: int = 1,
+        strategy: str = DEFAULT_STRATEGY,
+        threshold: float = DEFAULT_THRESHOLD,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        stop: Sequence[int] | None = None,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        steps_per_block: int | None = None,
+        seed: int | None = None,
+        on_block: Callable[[BlockUpdate], None] | None = None,
+        cancel=None,
+    ) -> list[Generation]:
+        """Decode n candidates for every prompt, all together; results are prompt-major (prompt i, candidate j at
+        i*n+j). stop None: the tokenizer's stop ids; on_block: called with each committed block of each row;
+        cancel (a threading.Event) set: every row ends after its committed blocks. Raises CacheMemoryError
+        (saying what to lower) when the batch cannot fit in GPU memory."""
+        policy = DecodingPolicy(strategy, threshold, temperature, top_k, top_p, steps_per_block, seed)
+        if n < 1 or max_new_tokens < 1:
+            raise ValueError("n and max_new_tokens must be at least 1")
+        rows = [self._encode(p) for p in prompts for _ in range(n)]
+        if not rows:
+            return []
+        max_len = max(positions_needed(len(r), max_new_tokens, self.config.block_size) for r in rows)
+        if max_len > self.config.max_position_embeddings:
+            raise ValueError(
+                f"prompt ({max(len(r) for r in rows)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                f"model's {self.config.max_position_embeddings} positions; shorten the prompt or lower max_new_tokens"
+            )
+        results: list[Generation | None] = [None] * len(rows)
+        max_len = self._graph_friendly_length(len(rows), max_len)
+        with ContinuousBatcher(self, slots=len(rows), max_length=max_len, policy=policy) as batcher:
+            for row in rows:
+                batcher.submit(row, max_new_tokens, stop, on_block)
+            for request_id, generation in batcher.run(cancel):
+                results[request_id] = generation
+        return results
+
+    def _graph_friendly_length(self, slots: int, length: int) -> int:
+        """`length` rounded up to the CUDA graphs' length bucket when that fits in memory, so calls with nearby
+        lengths (an editor's requests) get the same cache shape and replay the kept cache's graphs instead of
+        capturing new ones. Unchanged without graphs."""
+        if not self.runner.use_graphs:
+            return length
+        bucket = self.runner.length_bucket
+        rounded = min(self.config.max_position_embeddings, math.ceil(length / bucket) * bucket)
+        capacity = cache_capacity(rounded, self.config.block_size)
+        kept = self._kept
+        if rounded == length or (kept is not None and kept.slots == slots and kept.cache.max_length == capacity):
+            return rounded
+        try:
+            self.cache_plan(capacity, slots)
+        except CacheMemoryError:
+            return length
+        return rounded
+
+    def _encode(self, prompt) -> list[int]:
+        """A prompt's token ids: text is encoded, ids are taken as they are."""
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise ValueError("empty prompt: give at least one token")
+        return ids
+
+    def _decode(self, ids: list[int], stop_ids) -> str:
+        """The text of `ids` up to the first stop id."""
+        kept = []
+        for t in ids:
+            if t in stop_ids:
+                break
+            kept.append(t)
+        return self.tokenizer.decode(kept)
+
+    def take_slots(self, capacity: int, slots: int | None) -> SlotBuffers:
+        """Buffers of `slots` rows × `capacity` positions (slots None: as many as fit). The last batcher's are
+        reused when they have that shape, so the CUDA graphs captured on them replay at once: repeated generate()
+        calls of one shape (an editor's requests, RL rounds) capture nothing after the first. Their stale
+        keys/values are never visible (see ContinuousBatcher)."""
+        kept, self._kept = self._kept, None
+        if kept is not None and slots == kept.slots and capacity == kept.cache.max_length:
+            return kept
+        if kept is not None:
+            self.runner.release(kept.cache)  # before sizing: its memory counts as free again
+            del kept
+        plan = self.cache_plan(capacity, slots)
+        cache = KVCache(self.config, plan.slots, capacity, self.device, self.dtype)
+        return SlotBuffers(cache, self.config.block_size, self.config.mask_token_id)
+
+    def cache_plan(self, capacity: int, slots: int | None = None) -> CachePlan:
+        """Slots × `capacity` positions sized from the memory this engine may use now (see plan_cache)."""
+        bucket = self.runner.length_bucket if self.runner.use_graphs else None
+        return plan_cache(self.config, self.dtype, capacity, available_memory(self.device, self.cache_budget),
+                          self.cache_budget, slots, bucket, where=self.device.type.upper())
+
+    def keep_slots(self, buffers: SlotBuffers) -> None:
+        """Keep one set of buffers (the latest) with its graphs for reuse; an older kept one is released."""
+        if self._kept is not None and self._kept is not buffers:
+            self.runner.release(self._kept.cache)
+        self._kept = buffers
+
+    def release_cache(self) -> None:
+        """Frees the kept buffers and the graphs captured on them; the next call allocates and captures anew (an RL
+        trainer hands that memory to its optimizer steps between rollouts)."""
+        if self._kept is not None:
+            self.runner.release(self._kept.cache)
+            self._kept = None
+
+
+@dataclass
+class Generation:
+    """One sequence's result."""
+
+    token_ids: list[int]  # generated ids, up to and including the stop token when one ended the sequence
+    text: str  # decoded without the stop token, mask and padding
+    step_map: list[int]  # step_map[i]: the denoising pass (0-based, per sequence) at which token_ids[i] was committed
+    stats: GenerationStats
+    finish_reason: str  # "stop", "length" or "cancelled"
 
 
 @dataclass
@@ -51,15 +209,6 @@ class GenerationStats:
 
 
 @dataclass
-class Generation:
-    token_ids: list[int]  # generated ids, up to and including the stop token when one ended the sequence
-    text: str  # decoded without the stop token, mask and padding
-    step_map: list[int]  # step_map[i]: the denoising pass (0-based, per sequence) at which token_ids[i] was committed
-    stats: GenerationStats
-    finish_reason: str  # "stop", "length" or "cancelled"
-
-
-@dataclass
 class BlockUpdate:
     """Streaming event, sent after each committed block of one sequence."""
 
@@ -68,539 +217,9 @@ class BlockUpdate:
     text: str = ""
 
 
-@dataclass
-class DecodingPolicy:
-    """How every row of one batch decodes (one generate() call, or every request of one ContinuousBatcher)."""
-
-    strategy: str = "dynamic"  # "dynamic", "static" or "sequential" (dice-method.md §2.3)
-    threshold: float = 0.9  # dynamic: also commit every masked token whose confidence exceeds it
-    temperature: float = 0.0  # 0: greedy
-    top_k: int = 0  # sample among the k likeliest tokens; 0: off
-    top_p: float = 1.0  # sample from the smallest set of tokens holding this probability mass; 1: off
-    steps_per_block: int | None = None  # steps the commit schedule spreads a block's masks over; None: block_size
-    seed: int | None = None  # seeds the sampling generator, for reproducible candidates
-
-    def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown decoding strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
-
-
-@dataclass
-class CacheBudget:
-    """How much device memory the engine may take for its KV cache and decoding workspace."""
-
-    reserve_fraction: float = 0.1  # of the device's total memory left untouched (fragmentation, other processes)
-    limit_bytes: int | None = None  # cap on cache + workspace on any device (to share a GPU); None: free memory
-    cpu_slots: int = 8  # ContinuousBatcher slots on a CPU without limit_bytes, where nothing measures free memory
-    max_slots: int = 256  # most slots an automatically sized ContinuousBatcher takes
-    prefill_tokens: int = 8192  # prompt tokens prefilled in one forward: joining rows are grouped up to this
-
-
-@dataclass
-class CachePlan:
-    """Slots × positions of a static cache, and the memory estimate it was chosen from."""
-
-    slots: int
-    capacity: int  # cache positions per slot, the two scratch blocks included
-    cache_bytes: int
-    workspace_bytes: int  # activations, attention scores, CUDA-graph pools, logits and sampling (an estimate)
-    available_bytes: int | None  # what the engine may use; None: not measured (CPU without limit_bytes)
-
-
-class CacheMemoryError(ValueError):
-    """The requested rows × positions do not fit in the memory the engine may use (raised before allocating)."""
-
-
-def cache_capacity(max_length: int, block_size: int) -> int:
-    """Cache positions per slot for rows of up to `max_length` positions: whole blocks, plus two blocks of scratch
-    slots past the end where free slots (and the missing "previous block" of a row whose generation starts at
-    position 0) compute, outside every real query's view."""
-    return math.ceil(max_length / block_size) * block_size + 2 * block_size
-
-
-def positions_needed(prompt_tokens: int, max_new_tokens: int, block_size: int) -> int:
-    """Cache positions a request decodes into: whole blocks from 0 up to the end of its last generation block."""
-    start = prompt_tokens // block_size * block_size
-    return start + math.ceil((prompt_tokens - start + max_new_tokens) / block_size) * block_size
-
-
-def available_memory(device: torch.device, budget: CacheBudget) -> int | None:
-    """Bytes the engine may allocate now: the driver's free memory plus PyTorch's cached but unused blocks (a
-    previous call's cache, still reserved by the allocator), minus the reserve, capped by limit_bytes.
-    None on a CPU without a limit: host memory is not measured."""
-    measured = None
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        reusable = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        measured = max(0, free + reusable - int(budget.reserve_fraction * total))
-    if budget.limit_bytes is None:
-        return measured
-    return budget.limit_bytes if measured is None else min(measured, budget.limit_bytes)
-
-
-def decoding_memory(config: DiceConfig, dtype, capacity: int, prefill_tokens: int,
-                    length_bucket: int | None) -> tuple[int, int]:
-    """(fixed bytes, bytes per slot) of decoding with `capacity` cache positions per slot, conservatively.
-
-    Fixed: one prefill forward of max(prefill_tokens, capacity) tokens (activations of one layer, and attention
-    scores materialised as SDPA's math path does: a boolean mask with grouped KV heads may rule out fused kernels).
-    Per slot: its KV cache; per pass shape, the activations, fp32 attention scores and logits one CUDA graph
-    keeps in its private pool (one graph per attended-length bucket; one eager pass without graphs); and the fp32
-    copies sampling makes of its logits (softmax, filtering, the top-p sort).
-    """
-    element = torch.empty((), dtype=dtype).element_size()
-    heads, size = config.num_attention_heads, config.block_size
-    activations = element * (3 * config.hidden_size + 3 * config.intermediate_size
-                             + (2 * heads + 2 * config.num_key_value_heads) * config.head_dim)
-
-    def attention_scores(queries: int, keys: int) -> int:
-        return heads * queries * keys * (3 * 4 + element)  # fp32 scores, their masked copy, softmax; probs
-
-    prefill = max(prefill_tokens, capacity)
-    fixed = prefill * activations + attention_scores(prefill, capacity)
-    lengths = range(length_bucket, capacity + length_bucket, length_bucket) if length_bucket else [capacity]
-    logits = size * config.vocab_size
-    per_pass = sum(2 * size * activations + attention_scores(2 * size, min(length, capacity)) + logits * element
-                   for length in lengths)
-    per_slot = capacity * KVCache.bytes_per_slot(config, dtype) + per_pass + logits * 8 * 4
-    return fixed, per_slot
-
-
-def plan_cache(config: DiceConfig, dtype, capacity: int, available: int | None, budget: CacheBudget,
-               slots: int | None = None, length_bucket: int | None = None, where: str = "GPU") -> CachePlan:
-    """Slots for a cache of `capacity` positions each: as many as fit in `available` bytes (at most
-    budget.max_slots) when `slots` is None, else a check that `slots` fit. Raises CacheMemoryError, saying what to
-    lower, before anything is allocated. `available` None (a CPU without a limit): budget.cpu_slots, unchecked."""
-    fixed, per_slot = decoding_memory(config, dtype, capacity, budget.prefill_tokens, length_bucket)
-    if available is None:
-        slots = slots or budget.cpu_slots
-    else:
-        fitting = max(0, (available - fixed) // per_slot)
-        slots = slots or min(fitting, budget.max_slots)
-        if not 1 <= slots <= fitting:
-            slots = max(slots, 1)
-            raise CacheMemoryError(_memory_advice(config, dtype, capacity, available, budget, slots, fitting,
-                                                  length_bucket, where, needed=fixed + slots * per_slot))
-    cache = slots * capacity * KVCache.bytes_per_slot(config, dtype)
-    return CachePlan(slots, capacity, cache, fixed + slots * per_slot - cache, available)
-
-
-def _memory_advice(config, dtype, capacity, available, budget, slots, fitting, length_bucket, where,
-                   needed: int) -> str:
-    """The CacheMemoryError message: what was asked (`needed` bytes), what is available, and the largest batch or
-    length that fits."""
-    size = config.block_size
-
-    def fits(positions: int) -> bool:  # positions per row, scratch excluded
-        fixed_c, per_slot_c = decoding_memory(config, dtype, cache_capacity(positions, size), budget.prefill_tokens,
-                                              length_bucket)
-        return fixed_c + slots * per_slot_c <= available
-
-    low, high = 0, (capacity - 2 * size) // size  # bisect over whole blocks
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if fits(middle * size) else (low, middle - 1)
-    return (
-        f"{slots} rows of {capacity - 2 * size} positions need {needed / GIB:.2f} GiB of {where} "
-        f"memory (KV cache {slots * capacity * KVCache.bytes_per_slot(config, dtype) / GIB:.2f} GiB plus decoding "
-        f"workspace), but only {available / GIB:.2f} GiB is available to the engine (free memory less a "
-        f"{budget.reserve_fraction:.0%} reserve, capped by CacheBudget.limit_bytes). At this length at most "
-        f"{fitting} rows fit; with {slots} rows at most {low * size} positions (prompt + max_new_tokens) fit. "
-        f"Lower the number of rows (generate(): prompts × n; ContinuousBatcher: slots, or leave slots=None to size "
-        f"it from free memory), or the length (max_new_tokens, the prompt, ContinuousBatcher's max_length), or free "
-        f"{where} memory."
-    )
-
-
-GREEDY_CHUNKS = 64  # vocabulary slices reduced at once by greedy_tokens
-
-
-def greedy_tokens(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's most likely token of logits [N, V] and its softmax probability, as sample_tokens at temperature
-    0, reduced over GREEDY_CHUNKS slices of the vocabulary first and then across them. One long row per program
-    leaves the GPU idle at batch 1: Inductor gave softmax+argmax over 4 rows of 152k tokens one 40 us kernel.
-    The probability of the maximum is 1 / sum(exp(l - max)); ties go to the lowest token id, as argmax's do."""
-    n, v = logits.shape
-    x = torch.nn.functional.pad(logits.float(), (0, -v % GREEDY_CHUNKS), value=float("-inf"))
-    x = x.view(n, GREEDY_CHUNKS, -1)
-    chunk_max, chunk_arg = x.max(-1)
-    best = chunk_max.max(-1, keepdim=True).values
-    safe = torch.where(chunk_max == float("-inf"), 0.0, chunk_max)  # an all -inf slice adds nothing
-    chunk_sum = torch.exp(x - safe[..., None]).sum(-1)
-    total = (chunk_sum * torch.exp(safe - best)).sum(-1)
-    which = (chunk_max == best).int().argmax(-1)  # the first slice holding the maximum
-    tokens = which * x.shape[-1] + chunk_arg.gather(-1, which[:, None]).squeeze(-1)
-    return tokens, 1.0 / total
-
-
-def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, generator=None):
-    """Token choice and its confidence for each row of logits [N, V].
-
-    The confidence is the chosen token's probability under the *unfiltered* softmax (at the sampling
-    temperature), so top-k/top-p filtering cannot inflate it to 1 and make `dynamic` commit whole blocks.
-    """
-    logits = logits.float()
-    scaled = logits / temperature if temperature > 0 else logits
-    probs = torch.softmax(scaled, dim=-1)
-    if temperature <= 0:
-        tokens = probs.argmax(dim=-1)
-    else:
-        filtered = scaled
-        if top_k > 0:
-            kth = torch.topk(filtered, min(top_k, filtered.shape[-1]), dim=-1).values[..., -1:]
-            filtered = filtered.masked_fill(filtered < kth, float("-inf"))
-        if top_p < 1.0:
-            sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
-            cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-            drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # keep the token crossing top_p
-            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-            filtered = filtered.masked_fill(drop, float("-inf"))
-        # One draw per row by the exponential race (what torch.multinomial does for one sample), spelled out
-        # because it has no host sync and so can be captured in a CUDA graph.
-        race = torch.empty_like(filtered).exponential_(generator=generator)
-        tokens = (torch.softmax(filtered, dim=-1) / race).argmax(dim=-1)
-    return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
-
-
-class ForwardRunner:
-    """Runs the model's denoising pass, replaying a CUDA graph per shape when on a GPU.
-
-    The host is launch-bound: an eager forward of a 1.7B model costs ~50× its memory floor, and the sampling and
-    commit bookkeeping after it are ~40 more small kernels (about half a forward's time at batch 1), so a whole
-    denoising pass (forward, sampling, commits, row state) is one graph launch (`run_pass`). Every pass has the same
-    query shape (2 blocks per row), and the attended cache length is rounded up to a multiple of `length_bucket`, so
-    a handful of graphs cover a whole generation.
-    """
-
-    def __init__(self, model: DiceForBlockDiffusion, use_graphs: bool, compile: bool = False,
-                 length_bucket: int = 256, compile_mode: str | None = None):
-        self.model = model
-        self.use_graphs = use_graphs
-        self.length_bucket = length_bucket
-        self._graphs: dict[tuple, tuple] = {}  # keys start with id(cache): the buffers a graph is bound to
-        self._pass_graphs = True  # off after a capture failed
-        # A graph of the eager model still replays ~30 small kernels per layer (norms, rotary, SwiGLU), each with
-        # its own launch gap; Inductor fuses them. dynamic=True: one compilation serves every batch and length.
-        # Inductor's kernels launch with PDL where ours do, so that a launch gap hides behind the kernel before
-        # (not with an explicit compile_mode: torch.compile takes a mode or options, not both; not on a torch
-        # whose Inductor lacks the option).
-        pdl = (not compile_mode and hasattr(torch._inductor.config.triton, "enable_pdl")
-               and uses_pdl(next(model.parameters()).device))
-        self._compile_options = {"triton.enable_pdl": True} if pdl else None
-        self._forward = (torch.compile(model, dynamic=True, mode=compile_mode, options=self._compile_options)
-                         if compile else model)
-        self.compile_bookkeeping(compile)
-
-    def compile_bookkeeping(self, on: bool) -> None:
-        """The pass's bookkeeping after the forward (sampling, commits, row state) compiled by Inductor, or eager.
-        Eager it is dozens of small kernels, each with its launch gap even in a graph; fused, a batch-1 pass on an
-        H200 took 0.1 ms less. Graphs captured before a switch keep the functions they were captured with."""
-        options = self._compile_options
-        self.advance_rows = torch.compile(advance_rows, dynamic=True, options=options) if on else advance_rows
-        self.advance_rows_greedy = (torch.compile(advance_rows_greedy, dynamic=True, options=options) if on
-                                    else advance_rows_greedy)
-
-    def attended_length(self, needed: int, capacity: int) -> int:
-        if not self.use_graphs:
-            return needed
-        return min(capacity, -(-needed // self.length_bucket) * self.length_bucket)
-
-    def forward(self, input_ids, positions, cache: KVCache, logits_slice: slice) -> torch.Tensor:
-        """The model over `cache.length` cache slots with the block-causal mask (no graph)."""
-        mask = block_causal_mask(positions, torch.arange(cache.length, device=positions.device),
-                                 self.model.config.block_size)
-        return self._forward(input_ids, positions, attn_mask=mask, kv_cache=cache, logits_slice=logits_slice)
-
-    @torch.inference_mode()
-    def __call__(self, input_ids, positions, cache: KVCache, logits_slice: slice) -> torch.Tensor:
-        """The forward alone, as a graph replay on a GPU (what bench/decode.py times against the memory floor)."""
-        if not self.use_graphs:
-            return self.forward(input_ids, positions, cache, logits_slice)
-        key = (id(cache), "forward", input_ids.shape, cache.length)
-        if key not in self._graphs:
-            static_ids, static_pos = input_ids.clone(), positions.clone()
-            graph, logits = self._capture(lambda: self.forward(static_ids, static_pos, cache, logits_slice), [])
-            self._graphs[key] = (graph, static_ids, static_pos, logits)
-        graph, static_ids, static_pos, logits = self._graphs[key]
-        static_ids.copy_(input_ids)
-        static_pos.copy_(positions)
-        graph.replay()
-        return logits
-
-    def run_pass(self, cache: KVCache, key: tuple, step: Callable[[], torch.Tensor], state: Sequence[torch.Tensor],
-                 generator: torch.Generator | None = None) -> torch.Tensor:
-        """Runs `step()`: one whole denoising pass that updates `state` (tensors) in place and returns a tensor.
-
-        On a GPU it is captured once per (cache, key) and replayed after: the graph reads and writes the very
-        tensors `step` used while captured, so they must stay the same objects (in-place updates only)."""
-        if not self.use_graphs or not self._pass_graphs:
-            return self._eager_if_compiling_fails(step)
-        full_key = (id(cache), "pass", key)
-        if full_key not in self._graphs:
-            try:
-                self._graphs[full_key] = self._eager_if_compiling_fails(
-                    lambda: self._capture(step, state, generator))
-            except Exception:  # noqa: BLE001 - decoding must go on; the passes then run as separate launches
-                log.exception("capturing the denoising pass as one CUDA graph failed; running it uncaptured")
-                self._pass_graphs = False
-                return step()
-        graph, out = self._graphs[full_key]
-        graph.replay()
-        return out
-
-    def _eager_if_compiling_fails(self, run: Callable[[], Any]) -> Any:
-        """run(); if Inductor fails to compile part of the pass (a compiler bug at a shape not seen before), the
-        model and bookkeeping go eager for good and run() is tried again: slower, but the request is served. The
-        retry is safe: a compilation fails before its code runs, a forward run again writes the same cache entries,
-        and a failed capture restores the state."""
-        try:
-            return run()
-        except torch._dynamo.exc.BackendCompilerFailed:
-            if self._forward is self.model and self.advance_rows is advance_rows:
-                raise
-            log.exception("torch.compile failed on the denoising pass; running the model and bookkeeping eager")
-            self._forward = self.model
-            self.compile_bookkeeping(False)
-            return run()
-
-    def _capture(self, step, state, generator=None):
-        """(graph, output) of `step`; warm-up runs (allocator, kernel selection) leave `state` and the sampling
-        generator as they were, so the first replay is the pass itself (also when the capture fails)."""
-        saved = [t.clone() for t in state]
-        rng = generator.get_state() if generator is not None else None
-
-        def restore():
-            torch.cuda.synchronize()
-            for t, s in zip(state, saved):
-                t.copy_(s)
-            if generator is not None:
-                generator.set_state(rng)
-
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        try:
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    step()
-                    restore()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            if generator is not None:
-                graph.register_generator_state(generator)  # a seeded generator advances with every replay
-            with torch.cuda.graph(graph):
-                out = step()
-        except Exception:
-            restore()
-            raise
-        return graph, out
-
-    def release(self, cache: KVCache):
-        """Drops the graphs bound to a cache (they hold its buffers' addresses)."""
-        self._graphs = {k: v for k, v in self._graphs.items() if k[0] != id(cache)}
-
-
-def masked_logits(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """[B, size, V] logits as float rows [B*size, V] that cannot choose the mask token (committing it would leave
-    the position masked)."""
-    logits = logits.float()
-    logits[..., mask_id] = float("-inf")
-    return logits.reshape(-1, logits.shape[-1])
-
-
-def advance_rows(b: "SlotBuffers", positions, candidates, confidence, steps: int, strategy: str,
-                 threshold: float) -> torch.Tensor:
-    """The bookkeeping of a denoising pass after sampling: commits, stop and length checks, block advance, in
-    place on the slot buffers. Returns [done ‖ block completed ‖ committed length ‖ positions needed]."""
-    size, mask_id = positions.shape[1] // 2, b.mask_id
-    block_pos = positions[:, size:]
-    current = b.tokens.gather(1, block_pos)
-    is_masked = current == mask_id
-    candidates = candidates.view(b.slots, size)
-    confidence = confidence.view(b.slots, size).masked_fill(~is_masked, float("-inf"))
-    active = ~b.done
-    quota = commit_quota(b.block_masked, b.step_in_block, steps, is_masked)
-    commit = choose_commits(strategy, confidence, is_masked, quota, threshold) & active[:, None]
-    b.tokens.scatter_(1, block_pos, torch.where(commit, candidates, current))
-    b.step_of.scatter_(1, block_pos, torch.where(commit, b.passes[:, None], b.step_of.gather(1, block_pos)))
-    b.passes.add_(active)
-    b.step_in_block.add_(active)
-    complete = active & ~(is_masked & ~commit).any(1)
-
-    # Stop tokens are checked when a block is committed; the stop token itself is kept in token_ids.
-    block_tokens = b.tokens.gather(1, block_pos)
-    is_stop = ((block_tokens[:, :, None] == b.stop_ids[:, None, :]).any(-1)
-               & (block_pos >= b.prompt_len[:, None]))
-    has_stop = complete & is_stop.any(1)
-    first_stop = block_pos.gather(1, is_stop.float().argmax(1, keepdim=True)).squeeze(1)
-    at_limit = complete & ~has_stop & (b.start + size >= b.length_limit)
-    b.out_end.copy_(torch.where(has_stop, first_stop + 1, torch.where(
-        at_limit, b.length_limit, torch.where(complete, b.start + size, b.out_end))))
-    b.finish.masked_fill_(has_stop, FINISH_REASONS.index("stop"))
-    b.done.logical_or_(has_stop | at_limit)
-    advance = complete & ~b.done
-    b.start.add_(advance * size)
-    b.step_in_block.masked_fill_(advance, 0)
-    b.block_masked.masked_fill_(advance, size)
-    needed = (b.start + size).masked_fill(b.done, 0).max()
-    return torch.cat([b.done.long(), complete.long(), b.out_end, needed[None]])
-
-
-def advance_rows_greedy(b: "SlotBuffers", positions, logits, steps: int, strategy: str,
-                        threshold: float) -> torch.Tensor:
-    """advance_rows after choosing each position's most likely token (no random draw: compiles whole)."""
-    candidates, confidence = greedy_tokens(masked_logits(logits, b.mask_id))
-    return advance_rows(b, positions, candidates, confidence, steps, strategy, threshold)
-
-
-def commit_quota(block_masked, step_in_block, steps, is_masked) -> torch.Tensor:
-    """Tokens to commit this step per row: SDAR's even split of the block's masks over the steps."""
-    n_steps = block_masked.clamp(max=steps).clamp(min=1)
-    quota = block_masked // n_steps + (step_in_block < block_masked % n_steps).long()
-    # Past the last scheduled step (never reached by static), commit whatever is left.
-    return torch.where(step_in_block >= n_steps, is_masked.sum(1), quota)
-
-
-def descending_rank(values: torch.Tensor) -> torch.Tensor:
-    """Each entry's place (0 = first) in its row of values [B, n] sorted in descending order, ties in position
-    order: argsort(descending).argsort() as n pointwise comparisons with each column in turn (n is a block, a few
-    tokens), which Inductor fuses into the pass's other kernels. The two sorts were ATen kernels of their own, 7 us
-    per batch-1 pass on the H200; an [B, n, n] comparison summed over its last axis makes Inductor (torch 2.11)
-    fail an assertion in its tiling analysis once the batch is a symbolic size."""
-    position = torch.arange(values.shape[1], device=values.device)
-    rank = torch.zeros_like(values, dtype=torch.long)
-    for column in range(values.shape[1]):
-        theirs = values[:, column, None]
-        rank = rank + ((theirs > values) | ((theirs == values) & (position > column)))
-    return rank
-
-
-def choose_commits(strategy, confidence, is_masked, quota, threshold, rank_by=descending_rank) -> torch.Tensor:
-    """Which masked positions [B, size] to commit this step. rank_by: the confidence ranking (another one only
-    for bench/commit_rank.py's baseline)."""
-    if strategy == "sequential":
-        rank = is_masked.long().cumsum(1) - 1  # masked positions ranked left to right (the others never commit)
-    else:
-        rank = rank_by(confidence)
-    commit = (rank < quota[:, None]) & is_masked
-    if strategy == "dynamic":
-        commit |= (confidence > threshold) & is_masked
-    return commit
-
-
-class _PrefillWriter:
-    """The KV-cache interface the network calls (`length`, `update`) for a prefill of some rows of a shared cache.
-
-    Writes the prompt's keys/values into those rows in place, so the cache (and the CUDA graphs bound to its
-    buffers) stays the same object, and attends to the fresh keys: a prefill at positions 0..length-1 attends to
-    exactly the slots it writes.
-    """
-
-    def __init__(self, cache: KVCache, rows: torch.Tensor, length: int):
-        self.cache, self.length = cache, length
-        self._rows = rows[:, None]
-
-    def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
-        self.cache.write(layer, self._rows, positions, k, v)
-        return k, v
-
-
-class SlotBuffers:
-    """A ContinuousBatcher's device buffers: the static KV cache and each row slot's decoding state.
-
-    The denoising pass's CUDA graphs read and write these tensors by address, so they are allocated together,
-    updated only in place, and reused together (the engine keeps the last ones for the next batcher of the same
-    shape, graphs included).
-    """
-
-    def __init__(self, cache: KVCache, block_size: int, mask_id: int):
-        self.cache, self.mask_id = cache, mask_id
-        self.slots, capacity, dev = cache.k[0].shape[0], cache.max_length, cache.k[0].device
-
-        def counter():
-            return torch.zeros(self.slots, dtype=torch.long, device=dev)
-
-        self.tokens = torch.full((self.slots, capacity), mask_id, dtype=torch.long, device=dev)
-        self.step_of = torch.full((self.slots, capacity), -1, dtype=torch.long, device=dev)
-        self.prompt_len, self.start, self.length_limit, self.out_end = counter(), counter(), counter(), counter()
-        self.passes, self.step_in_block, self.block_masked = counter(), counter(), counter()
-        self.finish = counter()  # an index into FINISH_REASONS
-        self.done = torch.ones(self.slots, dtype=torch.bool, device=dev)  # free slots count as done
-        # Stop ids per row, padded with -1. Only ever widened (each width is its own graph key), never narrowed,
-        # so that one width always names one tensor.
-        self.stop_ids = torch.full((self.slots, 0), -1, dtype=torch.long, device=dev)
-        self.offsets = torch.arange(-block_size, block_size, device=dev)  # [previous block ‖ current block]
-        self.scratch = torch.arange(capacity - 2 * block_size, capacity, device=dev)  # the two scratch blocks
-        self._generator: torch.Generator | None = None
-
-    @torch.inference_mode()  # stop_ids may be an inference tensor (widened during a step)
-    def reset(self) -> None:
-        """Every slot free, as if new."""
-        self.tokens.fill_(self.mask_id)
-        self.step_of.fill_(-1)
-        for counter in (self.prompt_len, self.start, self.length_limit, self.out_end, self.passes,
-                        self.step_in_block, self.block_masked, self.finish):
-            counter.zero_()
-        self.done.fill_(True)
-        self.stop_ids.fill_(-1)
-
-    def widen_stops(self, width: int) -> None:
-        if width > self.stop_ids.shape[1]:
-            pad = self.stop_ids.new_full((self.slots, width - self.stop_ids.shape[1]), -1)
-            self.stop_ids = torch.cat([self.stop_ids, pad], 1)
-
-    def seeded_generator(self, seed: int | None) -> torch.Generator | None:
-        """The sampling generator, seeded; None (the default generator) without a seed. One object per buffers,
-        since a graph that samples with it is bound to it."""
-        if seed is None:
-            return None
-        if self._generator is None:
-            self._generator = torch.Generator(device=self.cache.k[0].device)
-        return self._generator.manual_seed(seed)
-
-    def pass_state(self) -> list[torch.Tensor]:
-        """The tensors a denoising pass writes."""
-        return [self.tokens, self.step_of, self.out_end, self.finish, self.done, self.start, self.step_in_block,
-                self.block_masked, self.passes]
-
-
-@dataclass
-class _LaunchedPass:
-    """A denoising pass's outcome on its way to the host, and the requests in the slots when it was launched."""
-
-    host: torch.Tensor  # filled once `copied` has passed on the GPU
-    copied: torch.cuda.Event | None
-    occupants: dict[int, "_Request"]
-
-    @classmethod
-    def of(cls, out: torch.Tensor, occupants: dict[int, "_Request"]) -> "_LaunchedPass":
-        if out.device.type != "cuda":
-            return cls(out.clone(), None, occupants)
-        # A copy of its own: the pass's output tensor is the graph's, overwritten by the next replay.
-        host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
-        host.copy_(out, non_blocking=True)
-        copied = torch.cuda.Event()
-        copied.record()
-        return cls(host, copied, occupants)
-
-    def values(self) -> list[int]:
-        if self.copied is not None:
-            self.copied.synchronize()
-        return self.host.tolist()
-
-
-@dataclass
-class _Request:
-    id: int
-    prompt_ids: list[int]
-    max_new_tokens: int
-    stop: list[int]
-    on_block: Callable[[BlockUpdate], None] | None
-    submitted: float  # perf_counter() at submit()
-
-
 class ContinuousBatcher:
     """Decodes a stream of requests through a fixed number of row slots of one static KV cache; sequences join
-    and leave between blocks (dice-method.md §5.7).
+    and leave between blocks (docs/decoding.md, "Continuous batching").
 
     - submit(prompt, max_new_tokens, stop, on_block) queues a request and returns its id (0, 1, ... per batcher);
     - step() frees the slots of cancelled requests, prefills waiting requests into free slots (batched), runs one
@@ -616,7 +235,7 @@ class ContinuousBatcher:
     (see _admit).
     """
 
-    def __init__(self, engine: "BlockDiffusionEngine", slots: int | None = None, max_length: int | None = None,
+    def __init__(self, engine: BlockDiffusionEngine, slots: int | None = None, max_length: int | None = None,
                  policy: DecodingPolicy | None = None, pipelined: bool | None = None):
         """slots None: as many as fit in free GPU memory (engine.cache_budget; on a CPU, its cpu_slots).
         pipelined (default: on a GPU): the host acts on a pass's outcome while the next pass runs, so the GPU
@@ -659,8 +278,8 @@ class ContinuousBatcher:
         """Requests waiting or decoding."""
         return len(self._waiting) + len(self._running)
 
-    def submit(self, prompt: str | Sequence[int], max_new_tokens: int = 1024, stop: Sequence[int] | None = None,
-               on_block: Callable[[BlockUpdate], None] | None = None) -> int:
+    def submit(self, prompt: str | Sequence[int], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+               stop: Sequence[int] | None = None, on_block: Callable[[BlockUpdate], None] | None = None) -> int:
         """Queues a request; returns its id. stop None: the tokenizer's stop ids."""
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
@@ -795,21 +414,6 @@ class ContinuousBatcher:
             self._in_flight.clear()  # passes over free slots only: nothing to learn from them
         return finished
 
-    def _settle(self, launched: "_LaunchedPass") -> list[tuple[int, Generation]]:
-        """Acts on a finished pass's outcome for the requests that occupied their slots when it was launched (a
-        slot freed and refilled since then belongs to a request the pass did not decode)."""
-        flags = launched.values()
-        done, complete, out_end = (flags[i * self.slots: (i + 1) * self.slots] for i in range(3))
-        same = [slot for slot, r in self._running.items() if launched.occupants.get(slot) is r]
-        # Rows admitted after the launch are missing from the pass's count: never shrink below theirs.
-        exact = len(same) == len(self._running) == len(launched.occupants)
-        self._needed = flags[-1] if exact else max(self._needed, flags[-1])
-        streaming = [slot for slot in same if complete[slot] and self._running[slot].on_block is not None]
-        if streaming:
-            self._stream(streaming, out_end)
-        ended = [slot for slot in same if done[slot]]
-        return self._harvest(ended) if ended else []
-
     def _pass(self) -> torch.Tensor:
         """The denoising pass on the device: forward, sampling, commits, stop and length checks, block advance.
         Writes the row state in place (it is replayed as a CUDA graph over the same buffers) and returns
@@ -828,6 +432,21 @@ class ContinuousBatcher:
                                                    policy.top_k, policy.top_p, self._generator)
             return runner.advance_rows(b, positions, candidates, confidence, *rules)
         return runner.advance_rows_greedy(b, positions, logits, *rules)
+
+    def _settle(self, launched: _LaunchedPass) -> list[tuple[int, Generation]]:
+        """Acts on a finished pass's outcome for the requests that occupied their slots when it was launched (a
+        slot freed and refilled since then belongs to a request the pass did not decode)."""
+        flags = launched.values()
+        done, complete, out_end = (flags[i * self.slots: (i + 1) * self.slots] for i in range(3))
+        same = [slot for slot, r in self._running.items() if launched.occupants.get(slot) is r]
+        # Rows admitted after the launch are missing from the pass's count: never shrink below theirs.
+        exact = len(same) == len(self._running) == len(launched.occupants)
+        self._needed = flags[-1] if exact else max(self._needed, flags[-1])
+        streaming = [slot for slot in same if complete[slot] and self._running[slot].on_block is not None]
+        if streaming:
+            self._stream(streaming, out_end)
+        ended = [slot for slot in same if done[slot]]
+        return self._harvest(ended) if ended else []
 
     def _stream(self, slots: list[int], out_end: list[int]) -> None:
         """Streams each slot's committed text up to the end its settled pass reported (committed tokens never
@@ -865,129 +484,391 @@ class ContinuousBatcher:
         return Generation(ids, self.engine._decode(ids, request.stop), step_map, stats, reason)
 
 
-class BlockDiffusionEngine:
-    def __init__(self, model: DiceForBlockDiffusion, tokenizer, device=None, use_cuda_graphs: bool | None = None,
-                 compile: bool | None = None, cache_budget: CacheBudget | None = None, compile_mode: str | None = None):
-        """use_cuda_graphs / compile default to on for CUDA devices (compiling costs ~a minute at load).
-        compile_mode: torch.compile's mode for the forward (benchmarks compare them; the runner captures its own
-        graphs, so not a "reduce-overhead" one)."""
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.config = model.config
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        if next(model.parameters()).device != self.device:
-            self.model.to(self.device)
-        self.model.fuse_projections()  # after the move: moving a model undoes the fusion
-        self.dtype = next(self.model.parameters()).dtype
-        self.cache_budget = cache_budget or CacheBudget()
-        if use_cuda_graphs is None:
-            use_cuda_graphs = self.device.type == "cuda"
-        if compile is None:
-            compile = use_cuda_graphs
-        self.runner = ForwardRunner(self.model, use_cuda_graphs, compile=compile, compile_mode=compile_mode)
-        self._kept: SlotBuffers | None = None  # the last batcher's buffers, for the next one of that shape
+@dataclass
+class _Request:
+    """A submitted request, as the batcher holds it while it waits or decodes."""
 
-    def take_slots(self, capacity: int, slots: int | None) -> SlotBuffers:
-        """Buffers of `slots` rows × `capacity` positions (slots None: as many as fit). The last batcher's are
-        reused when they have that shape, so the CUDA graphs captured on them replay at once: repeated generate()
-        calls of one shape (an editor's requests, RL rounds) capture nothing after the first. Their stale
-        keys/values are never visible (see ContinuousBatcher)."""
-        kept, self._kept = self._kept, None
-        if kept is not None and slots == kept.slots and capacity == kept.cache.max_length:
-            return kept
-        if kept is not None:
-            self.runner.release(kept.cache)  # before sizing: its memory counts as free again
-            del kept
-        plan = self.cache_plan(capacity, slots)
-        cache = KVCache(self.config, plan.slots, capacity, self.device, self.dtype)
-        return SlotBuffers(cache, self.config.block_size, self.config.mask_token_id)
+    id: int
+    prompt_ids: list[int]
+    max_new_tokens: int
+    stop: list[int]
+    on_block: Callable[[BlockUpdate], None] | None
+    submitted: float  # perf_counter() at submit()
 
-    def release_cache(self) -> None:
-        """Frees the kept buffers and the graphs captured on them; the next call allocates and captures anew (an RL
-        trainer hands that memory to its optimizer steps between rollouts)."""
-        if self._kept is not None:
-            self.runner.release(self._kept.cache)
-            self._kept = None
 
-    def keep_slots(self, buffers: SlotBuffers) -> None:
-        """Keep one set of buffers (the latest) with its graphs for reuse; an older kept one is released."""
-        if self._kept is not None and self._kept is not buffers:
-            self.runner.release(self._kept.cache)
-        self._kept = buffers
+@dataclass
+class _LaunchedPass:
+    """A denoising pass's outcome on its way to the host, and the requests in the slots when it was launched."""
 
-    def cache_plan(self, capacity: int, slots: int | None = None) -> CachePlan:
-        """Slots × `capacity` positions sized from the memory this engine may use now (see plan_cache)."""
-        bucket = self.runner.length_bucket if self.runner.use_graphs else None
-        return plan_cache(self.config, self.dtype, capacity, available_memory(self.device, self.cache_budget),
-                          self.cache_budget, slots, bucket, where=self.device.type.upper())
+    host: torch.Tensor  # filled once `copied` has passed on the GPU
+    copied: torch.cuda.Event | None
+    occupants: dict[int, _Request]
 
-    def generate(
-        self,
-        prompts: Sequence[str] | Sequence[Sequence[int]],
-        n: int = 1,
-        strategy: str = "dynamic",
-        threshold: float = 0.9,
-        max_new_tokens: int = 1024,
-        stop: Sequence[int] | None = None,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        steps_per_block: int | None = None,
-        seed: int | None = None,
-        on_block: Callable[[BlockUpdate], None] | None = None,
-        cancel=None,
-    ) -> list[Generation]:
-        """Decode n candidates for every prompt, all together; results are prompt-major (prompt i, candidate j at
-        i*n+j). Raises CacheMemoryError (saying what to lower) when the batch cannot fit in GPU memory."""
-        policy = DecodingPolicy(strategy, threshold, temperature, top_k, top_p, steps_per_block, seed)
-        if n < 1 or max_new_tokens < 1:
-            raise ValueError("n and max_new_tokens must be at least 1")
-        rows = [self._encode(p) for p in prompts for _ in range(n)]
-        if not rows:
-            return []
-        max_len = max(positions_needed(len(r), max_new_tokens, self.config.block_size) for r in rows)
-        if max_len > self.config.max_position_embeddings:
-            raise ValueError(
-                f"prompt ({max(len(r) for r in rows)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
-                f"model's {self.config.max_position_embeddings} positions; shorten the prompt or lower max_new_tokens"
-            )
-        results: list[Generation | None] = [None] * len(rows)
-        max_len = self._graph_friendly_length(len(rows), max_len)
-        with ContinuousBatcher(self, slots=len(rows), max_length=max_len, policy=policy) as batcher:
-            for row in rows:
-                batcher.submit(row, max_new_tokens, stop, on_block)
-            for request_id, generation in batcher.run(cancel):
-                results[request_id] = generation
-        return results
+    @classmethod
+    def of(cls, out: torch.Tensor, occupants: dict[int, _Request]) -> _LaunchedPass:
+        if out.device.type != "cuda":
+            return cls(out.clone(), None, occupants)
+        # A copy of its own: the pass's output tensor is the graph's, overwritten by the next replay.
+        host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        host.copy_(out, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        return cls(host, copied, occupants)
 
-    def _graph_friendly_length(self, slots: int, length: int) -> int:
-        """`length` rounded up to the CUDA graphs' length bucket when that fits in memory, so calls with nearby
-        lengths (an editor's requests) get the same cache shape and replay the kept cache's graphs instead of
-        capturing new ones. Unchanged without graphs."""
-        if not self.runner.use_graphs:
-            return length
-        bucket = self.runner.length_bucket
-        rounded = min(self.config.max_position_embeddings, math.ceil(length / bucket) * bucket)
-        capacity = cache_capacity(rounded, self.config.block_size)
-        kept = self._kept
-        if rounded == length or (kept is not None and kept.slots == slots and kept.cache.max_length == capacity):
-            return rounded
+    def values(self) -> list[int]:
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.host.tolist()
+
+
+class SlotBuffers:
+    """A ContinuousBatcher's device buffers: the static KV cache and each row slot's decoding state.
+
+    The denoising pass's CUDA graphs read and write these tensors by address, so they are allocated together,
+    updated only in place, and reused together (the engine keeps the last ones for the next batcher of the same
+    shape, graphs included).
+    """
+
+    def __init__(self, cache: KVCache, block_size: int, mask_id: int):
+        self.cache, self.mask_id = cache, mask_id
+        self.slots, capacity, dev = cache.k[0].shape[0], cache.max_length, cache.k[0].device
+
+        def counter():
+            return torch.zeros(self.slots, dtype=torch.long, device=dev)
+
+        self.tokens = torch.full((self.slots, capacity), mask_id, dtype=torch.long, device=dev)
+        self.step_of = torch.full((self.slots, capacity), -1, dtype=torch.long, device=dev)
+        self.prompt_len, self.start, self.length_limit, self.out_end = counter(), counter(), counter(), counter()
+        self.passes, self.step_in_block, self.block_masked = counter(), counter(), counter()
+        self.finish = counter()  # an index into FINISH_REASONS
+        self.done = torch.ones(self.slots, dtype=torch.bool, device=dev)  # free slots count as done
+        # Stop ids per row, padded with -1. Only ever widened (each width is its own graph key), never narrowed,
+        # so that one width always names one tensor.
+        self.stop_ids = torch.full((self.slots, 0), -1, dtype=torch.long, device=dev)
+        self.offsets = torch.arange(-block_size, block_size, device=dev)  # [previous block ‖ current block]
+        self.scratch = torch.arange(capacity - 2 * block_size, capacity, device=dev)  # the two scratch blocks
+        self._generator: torch.Generator | None = None
+
+    @torch.inference_mode()  # stop_ids may be an inference tensor (widened during a step)
+    def reset(self) -> None:
+        """Every slot free, as if new."""
+        self.tokens.fill_(self.mask_id)
+        self.step_of.fill_(-1)
+        for counter in (self.prompt_len, self.start, self.length_limit, self.out_end, self.passes,
+                        self.step_in_block, self.block_masked, self.finish):
+            counter.zero_()
+        self.done.fill_(True)
+        self.stop_ids.fill_(-1)
+
+    def seeded_generator(self, seed: int | None) -> torch.Generator | None:
+        """The sampling generator, seeded; None (the default generator) without a seed. One object per buffers,
+        since a graph that samples with it is bound to it."""
+        if seed is None:
+            return None
+        if self._generator is None:
+            self._generator = torch.Generator(device=self.cache.k[0].device)
+        return self._generator.manual_seed(seed)
+
+    def widen_stops(self, width: int) -> None:
+        """Room for `width` stop ids per row."""
+        if width > self.stop_ids.shape[1]:
+            pad = self.stop_ids.new_full((self.slots, width - self.stop_ids.shape[1]), -1)
+            self.stop_ids = torch.cat([self.stop_ids, pad], 1)
+
+    def pass_state(self) -> list[torch.Tensor]:
+        """The tensors a denoising pass writes."""
+        return [self.tokens, self.step_of, self.out_end, self.finish, self.done, self.start, self.step_in_block,
+                self.block_masked, self.passes]
+
+
+class _PrefillWriter:
+    """The KV-cache interface the network calls (`length`, `update`) for a prefill of some rows of a shared cache.
+
+    Writes the prompt's keys/values into those rows in place, so the cache (and the CUDA graphs bound to its
+    buffers) stays the same object, and attends to the fresh keys: a prefill at positions 0..length-1 attends to
+    exactly the slots it writes.
+    """
+
+    def __init__(self, cache: KVCache, rows: torch.Tensor, length: int):
+        self.cache, self.length = cache, length
+        self._rows = rows[:, None]
+
+    def update(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
+        self.cache.write(layer, self._rows, positions, k, v)
+        return k, v
+
+
+class ForwardRunner:
+    """Runs the model's denoising pass, replaying a CUDA graph per shape when on a GPU.
+
+    The host is launch-bound: an eager forward of a 1.7B model costs ~50× its memory floor, and the sampling and
+    commit bookkeeping after it are ~40 more small kernels (about half a forward's time at batch 1), so a whole
+    denoising pass (forward, sampling, commits, row state) is one graph launch (`run_pass`). Every pass has the same
+    query shape (2 blocks per row), and the attended cache length is rounded up to a multiple of `length_bucket`, so
+    a handful of graphs cover a whole generation.
+    """
+
+    def __init__(self, model: DiceForBlockDiffusion, use_graphs: bool, compile: bool = False,
+                 length_bucket: int = 256, compile_mode: str | None = None):
+        self.model = model
+        self.use_graphs = use_graphs
+        self.length_bucket = length_bucket
+        self._graphs: dict[tuple, tuple] = {}  # keys start with id(cache): the buffers a graph is bound to
+        self._pass_graphs = True  # off after a capture failed
+        # A graph of the eager model still replays ~30 small kernels per layer (norms, rotary, SwiGLU), each with
+        # its own launch gap; Inductor fuses them. dynamic=True: one compilation serves every batch and length.
+        # Inductor's kernels launch with PDL where ours do, so that a launch gap hides behind the kernel before
+        # (not with an explicit compile_mode: torch.compile takes a mode or options, not both; not on a torch
+        # whose Inductor lacks the option).
+        pdl = (not compile_mode and hasattr(torch._inductor.config.triton, "enable_pdl")
+               and uses_pdl(next(model.parameters()).device))
+        self._compile_options = {"triton.enable_pdl": True} if pdl else None
+        self._forward = (torch.compile(model, dynamic=True, mode=compile_mode, options=self._compile_options)
+                         if compile else model)
+        self.compile_bookkeeping(compile)
+
+    def compile_bookkeeping(self, on: bool) -> None:
+        """The pass's bookkeeping after the forward (sampling, commits, row state) compiled by Inductor, or eager.
+        Eager it is dozens of small kernels, each with its launch gap even in a graph; fused, a batch-1 pass on an
+        H200 took 0.1 ms less. Graphs captured before a switch keep the functions they were captured with."""
+        options = self._compile_options
+        self.advance_rows = torch.compile(advance_rows, dynamic=True, options=options) if on else advance_rows
+        self.advance_rows_greedy = (torch.compile(advance_rows_greedy, dynamic=True, options=options) if on
+                                    else advance_rows_greedy)
+
+    def run_pass(self, cache: KVCache, key: tuple, step: Callable[[], torch.Tensor], state: Sequence[torch.Tensor],
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Runs `step()`: one whole denoising pass that updates `state` (tensors) in place and returns a tensor.
+
+        On a GPU it is captured once per (cache, key) and replayed after: the graph reads and writes the very
+        tensors `step` used while captured, so they must stay the same objects (in-place updates only)."""
+        if not self.use_graphs or not self._pass_graphs:
+            return self._eager_if_compiling_fails(step)
+        full_key = (id(cache), "pass", key)
+        if full_key not in self._graphs:
+            try:
+                self._graphs[full_key] = self._eager_if_compiling_fails(
+                    lambda: self._capture(step, state, generator))
+            except Exception:  # noqa: BLE001 - decoding must go on; the passes then run as separate launches
+                log.exception("capturing the denoising pass as one CUDA graph failed; running it uncaptured")
+                self._pass_graphs = False
+                return step()
+        graph, out = self._graphs[full_key]
+        graph.replay()
+        return out
+
+    def _eager_if_compiling_fails(self, run: Callable[[], Any]) -> Any:
+        """run(); if Inductor fails to compile part of the pass (a compiler bug at a shape not seen before), the
+        model and bookkeeping go eager for good and run() is tried again: slower, but the request is served. The
+        retry is safe: a compilation fails before its code runs, a forward run again writes the same cache entries,
+        and a failed capture restores the state."""
         try:
-            self.cache_plan(capacity, slots)
-        except CacheMemoryError:
-            return length
-        return rounded
+            return run()
+        except torch._dynamo.exc.BackendCompilerFailed:
+            if self._forward is self.model and self.advance_rows is advance_rows:
+                raise
+            log.exception("torch.compile failed on the denoising pass; running the model and bookkeeping eager")
+            self._forward = self.model
+            self.compile_bookkeeping(False)
+            return run()
 
-    def _encode(self, prompt) -> list[int]:
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids:
-            raise ValueError("empty prompt: give at least one token")
-        return ids
+    def _capture(self, step, state, generator=None):
+        """(graph, output) of `step`; warm-up runs (allocator, kernel selection) leave `state` and the sampling
+        generator as they were, so the first replay is the pass itself (also when the capture fails)."""
+        saved = [t.clone() for t in state]
+        rng = generator.get_state() if generator is not None else None
 
-    def _decode(self, ids: list[int], stop_ids) -> str:
-        kept = []
-        for t in ids:
-            if t in stop_ids:
-                break
-            kept.append(t)
-        return self.tokenizer.decode(kept)
+        def restore():
+            torch.cuda.synchronize()
+            for t, s in zip(state, saved):
+                t.copy_(s)
+            if generator is not None:
+                generator.set_state(rng)
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    step()
+                    restore()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            if generator is not None:
+                graph.register_generator_state(generator)  # a seeded generator advances with every replay
+            with torch.cuda.graph(graph):
+                out = step()
+        except Exception:
+            restore()
+            raise
+        return graph, out
+
+    def forward(self, input_ids, positions, cache: KVCache, logits_slice: slice) -> torch.Tensor:
+        """The model over `cache.length` cache slots with the block-causal mask (no graph)."""
+        mask = block_causal_mask(positions, torch.arange(cache.length, device=positions.device),
+                                 self.model.config.block_size)
+        return self._forward(input_ids, positions, attn_mask=mask, kv_cache=cache, logits_slice=logits_slice)
+
+    def attended_length(self, needed: int, capacity: int) -> int:
+        """Cache slots a pass attends to: the `needed` ones, rounded up to the length bucket with graphs."""
+        if not self.use_graphs:
+            return needed
+        return min(capacity, -(-needed // self.length_bucket) * self.length_bucket)
+
+    @torch.inference_mode()
+    def __call__(self, input_ids, positions, cache: KVCache, logits_slice: slice) -> torch.Tensor:
+        """The forward alone, as a graph replay on a GPU (what bench/decode.py times against the memory floor)."""
+        if not self.use_graphs:
+            return self.forward(input_ids, positions, cache, logits_slice)
+        key = (id(cache), "forward", input_ids.shape, cache.length)
+        if key not in self._graphs:
+            static_ids, static_pos = input_ids.clone(), positions.clone()
+            graph, logits = self._capture(lambda: self.forward(static_ids, static_pos, cache, logits_slice), [])
+            self._graphs[key] = (graph, static_ids, static_pos, logits)
+        graph, static_ids, static_pos, logits = self._graphs[key]
+        static_ids.copy_(input_ids)
+        static_pos.copy_(positions)
+        graph.replay()
+        return logits
+
+    def release(self, cache: KVCache):
+        """Drops the graphs bound to a cache (they hold its buffers' addresses)."""
+        self._graphs = {k: v for k, v in self._graphs.items() if k[0] != id(cache)}
+
+
+def masked_logits(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """[B, size, V] logits as float rows [B*size, V] that cannot choose the mask token (committing it would leave
+    the position masked)."""
+    logits = logits.float()
+    logits[..., mask_id] = float("-inf")
+    return logits.reshape(-1, logits.shape[-1])
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, generator=None):
+    """Token choice and its confidence for each row of logits [N, V].
+
+    The confidence is the chosen token's probability under the *unfiltered* softmax (at the sampling
+    temperature), so top-k/top-p filtering cannot inflate it to 1 and make `dynamic` commit whole blocks.
+    """
+    logits = logits.float()
+    scaled = logits / temperature if temperature > 0 else logits
+    probs = torch.softmax(scaled, dim=-1)
+    if temperature <= 0:
+        tokens = probs.argmax(dim=-1)
+    else:
+        filtered = scaled
+        if top_k > 0:
+            kth = torch.topk(filtered, min(top_k, filtered.shape[-1]), dim=-1).values[..., -1:]
+            filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+        if top_p < 1.0:
+            sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
+            cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+            drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # keep the token crossing top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            filtered = filtered.masked_fill(drop, float("-inf"))
+        # One draw per row by the exponential race (what torch.multinomial does for one sample), spelled out
+        # because it has no host sync and so can be captured in a CUDA graph.
+        race = torch.empty_like(filtered).exponential_(generator=generator)
+        tokens = (torch.softmax(filtered, dim=-1) / race).argmax(dim=-1)
+    return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def advance_rows_greedy(b: SlotBuffers, positions, logits, steps: int, strategy: str,
+                        threshold: float) -> torch.Tensor:
+    """advance_rows after choosing each position's most likely token (no random draw: compiles whole)."""
+    candidates, confidence = greedy_tokens(masked_logits(logits, b.mask_id))
+    return advance_rows(b, positions, candidates, confidence, steps, strategy, threshold)
+
+
+GREEDY_CHUNKS = 64  # vocabulary slices reduced at once by greedy_tokens
+
+
+def greedy_tokens(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's most likely token of logits [N, V] and its softmax probability, as sample_tokens at temperature
+    0, reduced over GREEDY_CHUNKS slices of the vocabulary first and then across them. One long row per program
+    leaves the GPU idle at batch 1: Inductor gave softmax+argmax over 4 rows of 152k tokens one 40 us kernel.
+    The probability of the maximum is 1 / sum(exp(l - max)); ties go to the lowest token id, as argmax's do."""
+    n, v = logits.shape
+    x = torch.nn.functional.pad(logits.float(), (0, -v % GREEDY_CHUNKS), value=float("-inf"))
+    x = x.view(n, GREEDY_CHUNKS, -1)
+    chunk_max, chunk_arg = x.max(-1)
+    best = chunk_max.max(-1, keepdim=True).values
+    safe = torch.where(chunk_max == float("-inf"), 0.0, chunk_max)  # an all -inf slice adds nothing
+    chunk_sum = torch.exp(x - safe[..., None]).sum(-1)
+    total = (chunk_sum * torch.exp(safe - best)).sum(-1)
+    which = (chunk_max == best).int().argmax(-1)  # the first slice holding the maximum
+    tokens = which * x.shape[-1] + chunk_arg.gather(-1, which[:, None]).squeeze(-1)
+    return tokens, 1.0 / total
+
+
+def advance_rows(b: SlotBuffers, positions, candidates, confidence, steps: int, strategy: str,
+                 threshold: float) -> torch.Tensor:
+    """The bookkeeping of a denoising pass after sampling: commits, stop and length checks, block advance, in
+    place on the slot buffers. Returns [done ‖ block completed ‖ committed length ‖ positions needed]."""
+    size, mask_id = positions.shape[1] // 2, b.mask_id
+    block_pos = positions[:, size:]
+    current = b.tokens.gather(1, block_pos)
+    is_masked = current == mask_id
+    candidates = candidates.view(b.slots, size)
+    confidence = confidence.view(b.slots, size).masked_fill(~is_masked, float("-inf"))
+    active = ~b.done
+    quota = commit_quota(b.block_masked, b.step_in_block, steps, is_masked)
+    commit = choose_commits(strategy, confidence, is_masked, quota, threshold) & active[:, None]
+    b.tokens.scatter_(1, block_pos, torch.where(commit, candidates, current))
+    b.step_of.scatter_(1, block_pos, torch.where(commit, b.passes[:, None], b.step_of.gather(1, block_pos)))
+    b.passes.add_(active)
+    b.step_in_block.add_(active)
+    complete = active & ~(is_masked & ~commit).any(1)
+
+    # Stop tokens are checked when a block is committed; the stop token itself is kept in token_ids.
+    block_tokens = b.tokens.gather(1, block_pos)
+    is_stop = ((block_tokens[:, :, None] == b.stop_ids[:, None, :]).any(-1)
+               & (block_pos >= b.prompt_len[:, None]))
+    has_stop = complete & is_stop.any(1)
+    first_stop = block_pos.gather(1, is_stop.float().argmax(1, keepdim=True)).squeeze(1)
+    at_limit = complete & ~has_stop & (b.start + size >= b.length_limit)
+    b.out_end.copy_(torch.where(has_stop, first_stop + 1, torch.where(
+        at_limit, b.length_limit, torch.where(complete, b.start + size, b.out_end))))
+    b.finish.masked_fill_(has_stop, FINISH_REASONS.index("stop"))
+    b.done.logical_or_(has_stop | at_limit)
+    advance = complete & ~b.done
+    b.start.add_(advance * size)
+    b.step_in_block.masked_fill_(advance, 0)
+    b.block_masked.masked_fill_(advance, size)
+    needed = (b.start + size).masked_fill(b.done, 0).max()
+    return torch.cat([b.done.long(), complete.long(), b.out_end, needed[None]])
+
+
+def commit_quota(block_masked, step_in_block, steps, is_masked) -> torch.Tensor:
+    """Tokens to commit this step per row: SDAR's even split of the block's masks over the steps."""
+    n_steps = block_masked.clamp(max=steps).clamp(min=1)
+    quota = block_masked // n_steps + (step_in_block < block_masked % n_steps).long()
+    # Past the last scheduled step (never reached by static), commit whatever is left.
+    return torch.where(step_in_block >= n_steps, is_masked.sum(1), quota)
+
+
+def descending_rank(values: torch.Tensor) -> torch.Tensor:
+    """Each entry's place (0 = first) in its row of values [B, n] sorted in descending order, ties in position
+    order: argsort(descending).argsort() as n pointwise comparisons with each column in turn (n is a block, a few
+    tokens), which Inductor fuses into the pass's other kernels. The two sorts were ATen kernels of their own, 7 us
+    per batch-1 pass on the H200; an [B, n, n] comparison summed over its last axis makes Inductor (torch 2.11)
+    fail an assertion in its tiling analysis once the batch is a symbolic size."""
+    position = torch.arange(values.shape[1], device=values.device)
+    rank = torch.zeros_like(values, dtype=torch.long)
+    for column in range(values.shape[1]):
+        theirs = values[:, column, None]
+        rank = rank + ((theirs > values) | ((theirs == values) & (position > column)))
+    return rank
+
+
+def choose_commits(strategy, confidence, is_masked, quota, threshold, rank_by=descending_rank) -> torch.Tensor:
+    """Which masked positions [B, size] to commit this step. rank_by: the confidence ranking (another one only
+    for bench/commit_rank.py's baseline)."""
+    if strategy == "sequential":
+        rank = is_masked.long().cumsum(1) - 1  # masked positions ranked left to right (the others never commit)
+    else:
+        rank = rank_by(confidence)
+    commit = (rank < quota[:, None]) & is_masked
+    if strategy == "dynamic":
+        commit |= (confidence > threshold) & is_masked
+    return commit

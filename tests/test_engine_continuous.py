@@ -4,16 +4,9 @@ import pytest
 import torch
 
 from dice_copilot.model.config import DiceConfig
-from dice_copilot.model.engine import (
-    BlockDiffusionEngine,
-    CacheBudget,
-    CacheMemoryError,
-    ContinuousBatcher,
-    DecodingPolicy,
-    available_memory,
-    decoding_memory,
-    plan_cache,
-)
+from dice_copilot.model.decoding import DecodingPolicy
+from dice_copilot.model.engine import BlockDiffusionEngine, ContinuousBatcher
+from dice_copilot.model.memory_plan import CacheBudget, CacheMemoryError, available_memory, decoding_memory, plan_cache
 from dice_copilot.model.network import KVCache
 from test_engine import STOP, IdTokenizer, tiny_model
 
