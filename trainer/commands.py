@@ -1,4 +1,4 @@
-"""The `dice-copilot train ...` command group: tokenizer, CuKe data, SFT and RL."""
+"""The `dice-copilot train ...` command group: tokenizer, CuKe data, pretraining corpus, SFT and RL."""
 
 import importlib
 
@@ -7,6 +7,7 @@ import importlib
 TRAIN_MODULES = [
     "dice_copilot.trainer.tokenizer_training",
     "dice_copilot.trainer.cuke.commands",
+    "dice_copilot.trainer.corpus.commands",
 ]
 
 MULTI_GPU_HINT = ("For several GPUs run it under `accelerate launch --config_file "
