@@ -6,8 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES
+
 SECTION = "diceCopilot"
-STRATEGIES = ("dynamic", "static", "sequential")
 POLICIES = ("ide", "strict")
 
 
@@ -41,8 +42,8 @@ class ServerSettings:
     autoBudgetMs: int = 1200  # how long an automatic trigger waits for validated items
     invokedBudgetMs: int = 15000  # how long an invoked trigger waits
     maxCandidates: int = 4  # candidates decoded together per infill / generation
-    strategy: str = "dynamic"  # decoding strategy
-    threshold: float = 0.9  # confidence threshold of the dynamic strategy
+    strategy: str = DEFAULT_STRATEGY  # decoding strategy, one of STRATEGIES
+    threshold: float = DEFAULT_THRESHOLD  # confidence threshold of the dynamic strategy
     maxNewTokens: int = 512  # tokens per infill candidate; whole-kernel generation gets 4x
     referenceModule: str | None = None  # the PyTorch reference for infill; None: same file, then a sibling
     validation: ValidationSettings = field(default_factory=ValidationSettings)

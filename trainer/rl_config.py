@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dice_copilot.model.decoding import STRATEGIES
+
 from .training_config import TrainingConfig
 
 STAGES = ("infill", "e2e")
 REWARDS = ("correct", "compiles")
 LOSS_NORMALIZATIONS = ("constant", "tokens")
-DECODING_STRATEGIES = ("dynamic", "static", "sequential")
 ROLLOUT_DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
@@ -128,7 +129,7 @@ class RLConfig(TrainingConfig):
             ("eval_every_steps", self.eval_every_steps >= 1, "must be >= 1"),
             ("eval_tasks", self.eval_tasks >= 0, "must be >= 0"),
             ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
-            ("strategy", self.strategy in DECODING_STRATEGIES, f"must be one of {DECODING_STRATEGIES}"),
+            ("strategy", self.strategy in STRATEGIES, f"must be one of {STRATEGIES}"),
             ("threshold", 0 <= self.threshold <= 1, "must be in [0, 1]"),
             ("temperature", self.temperature > 0, "must be > 0 (the policy's log-probs are those it samples from)"),
             ("top_k", self.top_k >= 0, "must be >= 0"),
