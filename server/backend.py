@@ -1,5 +1,5 @@
-"""The server's only door to the model and the validator (contracts.md): checkpoint loading, the engine call, DICE
-prompts and code extraction, and the validation request run inside the validation worker process.
+"""The server's only door to the model and the validator (docs/architecture.md#contracts): checkpoint loading, the
+engine call, DICE prompts and code extraction, and the validation request run inside the validation worker process.
 
 `DICE_COPILOT_TEST_SCRIPTED_COMPLETIONS=path.json` (tests only) makes `generate_texts` return known completions for
 matching prompts instead of decoding, so end-to-end tests can show a *validated* suggestion without a trained model;

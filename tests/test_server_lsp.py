@@ -209,7 +209,7 @@ async def test_code_action_generates_a_new_kernel_file(session):
         text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(types.Position(4, 0),
                                                                                 types.Position(4, 5)),
         context=types.CodeActionContext(diagnostics=[])))
-    assert len(actions) == 1  # lsprotocol structures a CodeAction with a command as a Command (see lsp-protocol §5)
+    assert len(actions) == 1  # lsprotocol's converter reads any object with a "command" key as a Command
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(
         text_document=types.TextDocumentIdentifier(uri=uri)))
     assert [lens.command.arguments[0]["className"] for lens in lenses] == ["Model"]

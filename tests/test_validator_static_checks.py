@@ -1,4 +1,5 @@
-"""Unit tests for each static anti-cheat rule (validator spec §5.1): one case that must fire, one that must not."""
+"""Unit tests for each static anti-cheat rule (docs/validator.md#static-checks): one case that must fire, one that
+must not."""
 
 from __future__ import annotations
 

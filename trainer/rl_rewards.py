@@ -1,5 +1,5 @@
 """Execution rewards for RL: each completion becomes a candidate file, the strict validator gives its verdict, the
-verdict its reward; and the group-normalised advantages (dice-method.md §1.5).
+verdict its reward; and the group-normalised advantages (docs/decoding.md#bic-rl).
 
 A reward function is any callable `f(tasks, completions) -> list[Reward]` (one per completion, in order);
 `KernelReward` is the one the trainer uses. Infill answers are spliced into their task's own skeleton (the model's

@@ -1,5 +1,5 @@
-"""The trusted harness inside a worker process: imports the reference and the candidate, checks correctness
-(spec §5.3) and times both (spec §5.4). Started by worker.py as `python -m dice_copilot.validator.harness`."""
+"""The trusted harness inside a worker process: imports the reference and the candidate, checks correctness and times
+both (docs/validator.md#correctness, #timing). Started by worker.py as `python -m dice_copilot.validator.harness`."""
 
 from __future__ import annotations
 
@@ -275,7 +275,8 @@ def tolerances(dtype: torch.dtype, budget: dict) -> tuple[float, float, float]:
 
 def compare_outputs(out, ref, inputs: list, budget: dict, label: str, relax_atol: bool = False
                     ) -> tuple[list[float], list[float]]:
-    """All §5.3.5 checks; raises CandidateFailure on the first violation, returns per-output max abs/rel errors.
+    """All output checks (docs/validator.md#correctness); raises CandidateFailure on the first violation, returns
+    per-output max abs/rel errors.
 
     relax_atol (the extra scaled/heavy-tailed trials, beyond KernelBench's): atol grows with the reference's RMS so
     an honest kernel that only sums in another order passes; the relative-L2 bound still applies unchanged."""
@@ -525,7 +526,7 @@ class Job:
                                                 f"not); compute into a new output tensor")
 
     def _null_model_probe(self, module, reference, ref_out, inputs):
-        """If trivial answers pass the checker on this problem, say so (spec §5.3.6)."""
+        """If trivial answers pass the checker on this problem, say so (docs/validator.md#correctness)."""
         leaves, spec = pytree.tree_flatten(ref_out)
         if not leaves or not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in leaves):
             return
@@ -563,7 +564,8 @@ class Job:
                                                     "(uninitialised memory or a race)")
 
     def _check_attribution(self, module, candidate, call_timeout):
-        """strict: kernels compiled from the candidate must do most of the GPU work (spec §5.3.8)."""
+        """strict: kernels compiled from the candidate must do most of the GPU work
+        (docs/validator.md#kernel-attribution)."""
         self.channel.phase("kernel attribution", call_timeout * 5)
         from torch.profiler import ProfilerActivity, profile
         inputs = generate_inputs(module, _seed_for(self.seed, "attribution"), "base", self.dtype)
@@ -593,7 +595,7 @@ class Job:
                                             f"kernels")
 
     def _time(self, module, reference, candidate, call_timeout) -> dict:
-        """Interleaved, L2-flushed, rotating-input timing with rechecked outputs (spec §5.4)."""
+        """Interleaved, L2-flushed, rotating-input timing with rechecked outputs (docs/validator.md#timing)."""
         n_sets = max(8, int(self.budget.get("timing_input_sets", 8)))
         max_trials = int(self.budget.get("timing_trials", 100))
         min_trials = min(max_trials, int(self.budget.get("min_timing_trials", 20)))
@@ -704,7 +706,7 @@ def looks_like_hidden_work(cand_event: float, cand_wall: float, ref_event: float
     """Median event and host wall times (ms) of the candidate and the reference -> whether the candidate's calls
     take so much more host time than GPU time that work may run on another stream or thread.
 
-    The spec's rule (wall > 1.5x event and > 50 us beyond it, for the candidate and not the reference), and the
+    The basic rule (wall > 1.5x event and > 50 us beyond it, for the candidate and not the reference), and the
     candidate's host time beyond its GPU time must also exceed twice the reference's: that much is the call's own
     cost (Python, the launch, the sync), paid by both, while hidden work adds to the candidate's alone. Without it,
     tiny kernels on a busy host were flagged (14% of a CuKe build's pairs while every core compiled)."""

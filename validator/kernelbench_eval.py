@@ -1,5 +1,5 @@
 """KernelBench-format evaluation: generate `ModelNew` candidates for one level of a user's KernelBench checkout,
-validate them in strict mode, and score them as KernelBench does (validator spec §1.6, §5.5).
+validate them in strict mode, and score them as KernelBench does (docs/validator.md#kernelbench-scoring).
 
 Nothing of KernelBench ships with this project: the problems are read from the checkout the user points at.
 Generation and validation are pluggable callables, so the loop, the resume logic and the scoring are testable

@@ -1,4 +1,5 @@
-"""Static anti-cheat checks (validator spec §5.1): AST rules on the candidate module, token scans on its CUDA strings.
+"""Static anti-cheat checks (docs/validator.md#static-checks): AST rules on the candidate module, token scans on its
+CUDA strings.
 
 `check_static` never imports or runs the candidate. Errors reject the candidate; flags are recorded and shown.
 Policies: `ide` (torch glue and libraries allowed) and `strict` (benchmarks and RL rewards: a custom kernel launched
@@ -16,36 +17,36 @@ from .kernel_split import GLOBAL_KERNEL
 
 POLICIES = ("ide", "strict")
 
-# Every Finding.code, with what it guards against (spec §2 row or §5.1 rule).
+# Every Finding.code, with what it guards against (#N: cheat N of docs/validator.md#cheat-list).
 FINDING_CODES = {
     "syntax_error": "the module does not parse",
     "no_model_new": "strict: no `class ModelNew` with a forward",
-    "reference_reuse": "ModelNew subclasses, instantiates, imports or copies the reference (§2 #3)",
-    "try_except_fallback": "try/except or suppress around the kernel path: silent fallback (§2 #2)",
-    "dynamic_code": "exec/eval/compile/__import__/importlib: code the checks cannot see",
-    "harness_introspection": "frames, globals, gc, sys.modules: reading the harness (§2 #19)",
+    "reference_reuse": "ModelNew subclasses, instantiates, imports or copies the reference (#3)",
+    "try_except_fallback": "try/except or suppress around the kernel path: silent fallback (#2)",
+    "dynamic_code": "exec/eval/compile/__import__/importlib: code the checks cannot see (#22)",
+    "harness_introspection": "frames, globals, gc, sys.modules: reading the harness (#19)",
     "native_library": "ctypes/cffi/load_library: native code outside the compile path",
-    "concurrency": "threads, processes, async tasks in Python (§2 #10)",
-    "host_thread": "std::thread/pthread/fork/host callbacks in C++ (§2 #10)",
-    "tensor_subclass": "Tensor subclasses, __torch_function__/__torch_dispatch__, lazy results (§2 #11)",
-    "monkey_patch": "assignments to attributes of torch, time or other modules (§2 #12, #13)",
-    "global_state": "torch.set_*/backend setters that change the reference's numerics too (§2 #13)",
-    "cuda_graph": "CUDA graph capture/replay",
+    "concurrency": "threads, processes, async tasks in Python (#10)",
+    "host_thread": "std::thread/pthread/fork/host callbacks in C++ (#10)",
+    "tensor_subclass": "Tensor subclasses, __torch_function__/__torch_dispatch__, lazy results (#11)",
+    "monkey_patch": "assignments to attributes of torch, time or other modules (#12, #13)",
+    "global_state": "torch.set_*/backend setters that change the reference's numerics too (#13)",
+    "cuda_graph": "CUDA graph capture/replay (#21)",
     "torch_compile": "torch.compile/jit/dynamo: a compiler writes the kernel",
-    "identity_cache": "data_ptr()/id()/_version reads: result caches keyed by identity (§2 #7)",
-    "forward_state": "forward writes self/module state, memoization: result caches, batch-and-skip (§2 #7, #8)",
-    "persistent_state": "C++ static or file-scope tensors/buffers kept between calls (§2 #7, #8)",
+    "identity_cache": "data_ptr()/id()/_version reads: result caches keyed by identity (#7)",
+    "forward_state": "forward writes self/module state, memoization: result caches, batch-and-skip (#7, #8)",
+    "persistent_state": "C++ static or file-scope tensors/buffers kept between calls (#7, #8)",
     "file_io": "file reads/writes other than kernel sources at import time",
-    "side_stream": "work on a stream other than the current one (§2 #9)",
-    "no_custom_kernel": "strict: no __global__ or @triton.jit kernel (§2 #1)",
-    "kernel_not_invoked": "strict: forward never launches the compiled kernel (§2 #4)",
-    "torch_compute": "strict: PyTorch/NumPy compute in forward (§2 #1)",
-    "host_compute": "strict: ATen/LibTorch compute in the C++ host code (§2 #1)",
-    "library_call": "cuBLAS/cuDNN/CUTLASS GEMM: error in strict, flag in ide (§2 #1)",
+    "side_stream": "work on a stream other than the current one (#9)",
+    "no_custom_kernel": "strict: no __global__ or @triton.jit kernel (#1)",
+    "kernel_not_invoked": "strict: forward never launches the compiled kernel (#4)",
+    "torch_compute": "strict: PyTorch/NumPy compute in forward (#1)",
+    "host_compute": "strict: ATen/LibTorch compute in the C++ host code (#1)",
+    "library_call": "cuBLAS/cuDNN/CUTLASS GEMM: error in strict, flag in ide (#1)",
     "unsupported_import": "strict: imports beyond torch/triton/cupy/numpy and plain standard-library helpers",
     "dynamic_attribute": "strict: module attributes looked up by computed names",
     "default_stream_launch": "flag: `<<<grid, block>>>` on the legacy default stream",
-    "precision_downgrade": "flag: fp16/bf16/TF32 in an fp32 task (§2 #13)",
+    "precision_downgrade": "flag: fp16/bf16/TF32 in an fp32 task (#13)",
     "fast_math": "flag: --use_fast_math",
     "environment_write": "flag: os.environ writes",
 }
