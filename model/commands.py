@@ -1,16 +1,36 @@
 """`dice-copilot generate`: run a checkpoint by hand on a raw prompt, a PyTorch module (DICE end-to-end), or an
-infill skeleton, streaming committed blocks to stderr and printing the code (or the raw answer) to stdout."""
+infill skeleton, and print the code (or the raw answer) to stdout.
+
+The input is checked before any model is loaded: a module must pass the same checks `dice-copilot validate` applies
+to a reference (it parses, defines `Model` and `get_inputs`), and an infill skeleton must hold its marker. While
+decoding, a terminal shows a progress line that is erased at the end, so the result is printed once; `--stream`
+writes the committed text to stderr as it is decoded instead.
+"""
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
+from dice_copilot.cli import EXIT_USAGE, positive_int
+
+from .decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES
 from .prompts import end_to_end_prompt, extract_first_code, infill_prompt, splice_infill
 
 MODES = ("raw", "e2e", "infill")
 DEFAULT_FILL_MARKER = "<FILL>"
+# A GPU decodes the default length in seconds; a CPU takes minutes for it when other processes compete for its
+# cores, so it gets a shorter default.
+GPU_DEFAULT_MAX_NEW_TOKENS = 1024
+CPU_DEFAULT_MAX_NEW_TOKENS = 256
+# Below this many parameters a CPU decoding pass is a few microsecond-sized matmuls, cheaper than synchronising
+# torch's intra-op threads; where other processes share the cores, those threads made the embedded default
+# checkpoint's 256 tokens take 12-99 s instead of 1-4 s with one thread (2 cores, 5-9 runnable processes).
+ONE_THREAD_MAX_PARAMETERS = 10_000_000
 
 
 class UsageError(ValueError):
@@ -24,14 +44,17 @@ def register(subparsers) -> None:
         description=(
             "Generate with a DICE block-diffusion checkpoint. --module FILE.py builds DICE's end-to-end prompt "
             "from a PyTorch Model and prints the ModelNew code; --mode infill fills the "
-            f"{DEFAULT_FILL_MARKER} marker of a kernel skeleton; --mode raw sends the text as is."
+            f"{DEFAULT_FILL_MARKER} marker of a kernel skeleton; --mode raw sends the text as is. The result goes "
+            "to stdout, the stats line and notes to stderr."
         ),
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", metavar="TEXT", help="the prompt text (raw), PyTorch code (e2e) or skeleton (infill)")
+    source.add_argument("--prompt", metavar="TEXT",
+                        help="the prompt text (raw), PyTorch code (e2e) or skeleton (infill)")
     source.add_argument("--file", type=Path, metavar="FILE", help="read that text from a file")
     source.add_argument("--module", type=Path, metavar="FILE.py",
-                        help="a PyTorch module with class Model: DICE end-to-end prompt, prints ModelNew code")
+                        help="a PyTorch module with class Model and get_inputs(): DICE end-to-end prompt, prints "
+                             "ModelNew code")
     parser.add_argument("--checkpoint", default="default", metavar="PATH",
                         help="checkpoint folder (default: the embedded default checkpoint, which is UNTRAINED)")
     parser.add_argument("--mode", choices=MODES,
@@ -40,23 +63,134 @@ def register(subparsers) -> None:
     parser.add_argument("--reference", type=Path, metavar="FILE.py",
                         help="infill mode: the PyTorch reference module the skeleton implements")
     parser.add_argument("--fill-marker", default=DEFAULT_FILL_MARKER, metavar="TEXT",
-                        help=f"infill mode: where the code goes in the skeleton (default {DEFAULT_FILL_MARKER})")
-    parser.add_argument("-n", type=int, default=1, metavar="N", help="candidates to generate (default 1)")
-    parser.add_argument("--strategy", choices=("dynamic", "static", "sequential"), default="dynamic",
-                        help="which masked tokens to commit per denoising pass (default dynamic)")
-    parser.add_argument("--threshold", type=float, default=0.9,
-                        help="dynamic strategy: commit every token whose confidence exceeds this (default 0.9)")
-    parser.add_argument("--max-new-tokens", type=int, default=1024, metavar="N", help="default 1024")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-k", type=int, default=0, metavar="K", help="0 = off (default)")
-    parser.add_argument("--top-p", type=float, default=1.0, metavar="P", help="1.0 = off (default)")
-    parser.add_argument("--seed", type=int, help="sampling seed (for temperature > 0)")
+                        help="infill mode: where the code goes in the skeleton")
+    parser.add_argument("-n", type=positive_int, default=1, metavar="N", help="candidates to generate")
+    parser.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
+                        help="which masked tokens to commit per denoising pass")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help="dynamic strategy: commit every token whose confidence exceeds this")
+    parser.add_argument("--max-new-tokens", type=positive_int, metavar="N",
+                        help=f"most tokens to generate per candidate (default: {GPU_DEFAULT_MAX_NEW_TOKENS} on a "
+                             f"GPU, {CPU_DEFAULT_MAX_NEW_TOKENS} on the CPU)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0: greedy")
+    parser.add_argument("--top-k", type=int, default=0, metavar="K", help="sample among the K likeliest; 0: off")
+    parser.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling; 1.0: off")
+    parser.add_argument("--seed", type=int,
+                        help="sampling seed, for reproducible candidates at temperature > 0 (default: torch's "
+                             "global generator)")
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
                         help="weight dtype (default: the checkpoint's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with every candidate and stats")
-    parser.add_argument("--quiet", action="store_true", help="do not stream blocks to stderr")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--stream", action="store_true",
+                       help="write the text to stderr as each block is committed (default: a progress line when "
+                            "stderr is a terminal, nothing otherwise)")
+    shown.add_argument("--quiet", action="store_true", help="nothing on stderr while decoding")
     parser.set_defaults(run=run_generate)
+
+
+def run_generate(args) -> int:
+    try:
+        mode, prompt, skeleton = build_prompt(args)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+    import torch
+
+    from .checkpoint import UNTRAINED_WARNING, CheckpointError, load
+    from .engine import BlockDiffusionEngine
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        on_cpu = torch.device(device).type == "cpu"
+    except RuntimeError as err:
+        print(f"error: --device {device}: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    max_new_tokens = args.max_new_tokens or (CPU_DEFAULT_MAX_NEW_TOKENS if on_cpu else GPU_DEFAULT_MAX_NEW_TOKENS)
+    try:
+        model, tokenizer = load(args.checkpoint, device=device, dtype=args.dtype)
+    except CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    untrained = bool(model.config.untrained)
+
+    engine = BlockDiffusionEngine(model, tokenizer, device=device)
+    display = _decoding_display(args, max_new_tokens)
+    try:
+        with _decoding_threads(model, on_cpu):
+            generations = engine.generate(
+                [prompt], n=args.n, strategy=args.strategy, threshold=args.threshold,
+                max_new_tokens=max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                seed=args.seed, on_block=display,
+            )
+    except ValueError as err:  # e.g. prompt + max_new_tokens longer than the model's positions
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        if display is not None:
+            display.close()
+
+    codes = [result_code(mode, g.text, skeleton) for g in generations]
+    if args.json:
+        print(json.dumps({
+            "checkpoint": str(args.checkpoint),
+            "untrained": untrained,
+            "mode": mode,
+            "max_new_tokens": max_new_tokens,
+            "candidates": [
+                {"text": g.text, "code": code, "token_ids": g.token_ids, "step_map": g.step_map,
+                 "finish_reason": g.finish_reason, "stats": asdict(g.stats)}
+                for g, code in zip(generations, codes)
+            ],
+        }, indent=2))
+    else:
+        for index, (generation, code) in enumerate(zip(generations, codes)):
+            print(_stats_line(index, generation), file=sys.stderr)
+            if len(generations) > 1:
+                print(f"# ----- candidate {index} -----")
+            if mode != "raw" and code is None:
+                what = "no code block" if mode == "e2e" else "the skeleton's prefix and suffix were not found"
+                print(f"[candidate {index}] {what} in the output; printing the raw output", file=sys.stderr)
+            print(generation.text if code is None else code)
+        if args.max_new_tokens is None and on_cpu:
+            print(f"note: at most {max_new_tokens} new tokens, the CPU default ({GPU_DEFAULT_MAX_NEW_TOKENS} on a "
+                  f"GPU); pass --max-new-tokens N for longer output", file=sys.stderr)
+    if untrained:
+        print(UNTRAINED_WARNING, file=sys.stderr)
+    return 0
+
+
+def build_prompt(args) -> tuple[str, str, tuple[str, str] | None]:
+    """(mode, prompt text, (prefix, suffix) for infill) from the command-line arguments; UsageError when the input
+    cannot make a prompt the mode needs."""
+    mode = args.mode or ("e2e" if args.module else "raw")
+    if args.module and mode != "e2e":
+        raise UsageError("--module always builds the end-to-end prompt; use --file with --mode raw or infill")
+    if args.prompt is not None:
+        text, path = args.prompt, None
+    else:
+        path = args.module or args.file
+        text = _read_text(path, "module" if args.module else "file")
+    if not text.strip():
+        raise UsageError("the prompt is empty")
+    if mode == "raw":
+        return mode, text, None
+    if mode == "e2e":
+        _check_reference(text, path)
+        return mode, end_to_end_prompt(text), None
+    if args.reference is None:
+        raise UsageError("--mode infill needs --reference FILE.py, the PyTorch module the skeleton implements")
+    if text.count(args.fill_marker) != 1:
+        raise UsageError(
+            f"--mode infill needs exactly one {args.fill_marker} marker in the skeleton where the code goes "
+            f"(found {text.count(args.fill_marker)})"
+        )
+    reference = _read_text(args.reference, "reference module")
+    _check_reference(reference, args.reference)
+    prefix, suffix = text.split(args.fill_marker)
+    return mode, infill_prompt(reference, prefix, suffix), (prefix, suffix)
 
 
 def _read_text(path: Path, what: str) -> str:
@@ -68,31 +202,15 @@ def _read_text(path: Path, what: str) -> str:
         raise UsageError(f"cannot read {what} {path}: {err}")
 
 
-def build_prompt(args) -> tuple[str, str, tuple[str, str] | None]:
-    """(mode, prompt text, (prefix, suffix) for infill) from the command-line arguments."""
-    mode = args.mode or ("e2e" if args.module else "raw")
-    if args.module and mode != "e2e":
-        raise UsageError("--module always builds the end-to-end prompt; use --file with --mode raw or infill")
-    if args.prompt is not None:
-        text = args.prompt
-    else:
-        path = args.module or args.file
-        text = _read_text(path, "module" if args.module else "file")
-    if not text.strip():
-        raise UsageError("the prompt is empty")
-    if mode == "raw":
-        return mode, text, None
-    if mode == "e2e":
-        return mode, end_to_end_prompt(text), None
-    if args.reference is None:
-        raise UsageError("--mode infill needs --reference FILE.py, the PyTorch module the skeleton implements")
-    if text.count(args.fill_marker) != 1:
-        raise UsageError(
-            f"--mode infill needs exactly one {args.fill_marker} marker in the skeleton where the code goes "
-            f"(found {text.count(args.fill_marker)})"
-        )
-    prefix, suffix = text.split(args.fill_marker)
-    return mode, infill_prompt(_read_text(args.reference, "reference module"), prefix, suffix), (prefix, suffix)
+def _check_reference(source: str, path: Path | None) -> None:
+    """The PyTorch module must be one `dice-copilot validate` would accept as a reference, or what comes back
+    cannot be checked against it."""
+    from dice_copilot.validator.problem import InputError, Problem
+
+    try:
+        Problem.from_source(source, path=path)
+    except InputError as err:
+        raise UsageError(str(err)) from None
 
 
 def result_code(mode: str, text: str, skeleton: tuple[str, str] | None) -> str | None:
@@ -101,6 +219,32 @@ def result_code(mode: str, text: str, skeleton: tuple[str, str] | None) -> str |
         return extract_first_code(text)
     if mode == "infill":
         return splice_infill(skeleton[0], skeleton[1], text)
+    return None
+
+
+@contextlib.contextmanager
+def _decoding_threads(model, on_cpu: bool):
+    """One intra-op thread while a small model decodes on the CPU, unless OMP_NUM_THREADS says how many."""
+    import torch
+
+    threads = torch.get_num_threads()
+    small = sum(p.numel() for p in model.parameters()) <= ONE_THREAD_MAX_PARAMETERS
+    if on_cpu and small and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _decoding_display(args, max_new_tokens: int):
+    """What stderr shows while decoding: the text with --stream, a progress line on a terminal, else nothing."""
+    if args.json or args.quiet:
+        return None
+    if args.stream:
+        return _BlockStreamer(sys.stderr)
+    if sys.stderr.isatty():
+        return _ProgressLine(sys.stderr, args.n * max_new_tokens)
     return None
 
 
@@ -118,6 +262,40 @@ class _BlockStreamer:
         self.stream.flush()
         self.shown = update.text
 
+    def close(self) -> None:
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+class _ProgressLine:
+    """One line, rewritten in place, counting the tokens committed so far; erased when decoding ends."""
+
+    REFRESH_S = 0.1
+
+    def __init__(self, stream, most_tokens: int):
+        self.stream = stream
+        self.most_tokens = most_tokens
+        self.tokens = {}  # candidate index -> tokens committed
+        self.start = self.last_shown = time.perf_counter()
+        self.width = 0
+
+    def __call__(self, update) -> None:
+        self.tokens[update.index] = len(update.token_ids)
+        now = time.perf_counter()
+        if now - self.last_shown < self.REFRESH_S:
+            return
+        self.last_shown = now
+        done = sum(self.tokens.values())
+        self._write(f"decoding: {done}/{self.most_tokens} tokens, {done / (now - self.start):.0f} tok/s")
+
+    def close(self) -> None:
+        self._write("")
+
+    def _write(self, line: str) -> None:
+        self.stream.write("\r" + line.ljust(self.width) + ("\r" if not line else ""))
+        self.stream.flush()
+        self.width = len(line)
+
 
 def _stats_line(index: int, generation) -> str:
     s = generation.stats
@@ -127,63 +305,3 @@ def _stats_line(index: int, generation) -> str:
         f"({s.tokens_per_forward:.2f} tokens/forward), {s.wall_time_s:.2f} s, {rate:.1f} tok/s, "
         f"prompt {s.prompt_tokens} tokens, finish: {generation.finish_reason}"
     )
-
-
-def run_generate(args) -> int:
-    import torch
-
-    from .checkpoint import UNTRAINED_WARNING, CheckpointError, load
-    from .engine import BlockDiffusionEngine
-
-    try:
-        if args.n < 1 or args.max_new_tokens < 1:
-            raise UsageError("-n and --max-new-tokens must be at least 1")
-        mode, prompt, skeleton = build_prompt(args)
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model, tokenizer = load(args.checkpoint, device=device, dtype=args.dtype)
-    except (UsageError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    untrained = bool(model.config.untrained)
-    if untrained:
-        print(UNTRAINED_WARNING, file=sys.stderr)
-
-    engine = BlockDiffusionEngine(model, tokenizer, device=device)
-    streamer = None if args.quiet or args.json else _BlockStreamer(sys.stderr)
-    try:
-        generations = engine.generate(
-            [prompt], n=args.n, strategy=args.strategy, threshold=args.threshold,
-            max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-            seed=args.seed, on_block=streamer,
-        )
-    except ValueError as err:  # e.g. prompt + max_new_tokens longer than the model's positions
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if streamer is not None:
-        sys.stderr.write("\n")
-
-    codes = [result_code(mode, g.text, skeleton) for g in generations]
-    if args.json:
-        print(json.dumps({
-            "checkpoint": str(args.checkpoint),
-            "untrained": untrained,
-            "mode": mode,
-            "candidates": [
-                {"text": g.text, "code": code, "token_ids": g.token_ids, "step_map": g.step_map,
-                 "finish_reason": g.finish_reason, "stats": asdict(g.stats)}
-                for g, code in zip(generations, codes)
-            ],
-        }, indent=2))
-        return 0
-
-    for index, (generation, code) in enumerate(zip(generations, codes)):
-        print(_stats_line(index, generation), file=sys.stderr)
-        if len(generations) > 1:
-            print(f"# ----- candidate {index} -----")
-        if mode != "raw" and code is None:
-            what = "no code block" if mode == "e2e" else "the skeleton's prefix and suffix were not found"
-            print(f"[candidate {index}] {what} in the output; printing the raw output", file=sys.stderr)
-        print(generation.text if code is None else code)
-    if untrained:
-        print(UNTRAINED_WARNING, file=sys.stderr)
-    return 0

@@ -1,13 +1,21 @@
-"""`dice-copilot generate`: prompt building for each mode, errors a user can act on, and a run on the default
-checkpoint that reports it is untrained."""
+"""`dice-copilot generate`: prompt building for each mode, errors a user can act on, and runs on the default
+checkpoint that print the result once, say it is untrained once, and use the CPU's default length."""
 
 import argparse
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from dice_copilot.cli import main
-from dice_copilot.model.commands import UsageError, build_prompt, register, result_code
+from dice_copilot.model.commands import (
+    CPU_DEFAULT_MAX_NEW_TOKENS,
+    UsageError,
+    _ProgressLine,
+    build_prompt,
+    register,
+    result_code,
+)
 from dice_copilot.model.prompts import end_to_end_prompt, infill_prompt
 
 MODULE = """import torch
@@ -26,6 +34,7 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+PROMPT = "__global__ void"
 SKELETON = 'source = """\n__global__ void k(const float* x, float* out, int n) {\n<FILL>\n}\n"""\n'
 
 
@@ -89,7 +98,7 @@ def test_generate_on_the_default_checkpoint_reports_untrained_and_stats(files, c
     assert code == 0
     assert "UNTRAINED" in err
     result = json.loads(out)
-    assert result["untrained"] is True and result["mode"] == "e2e"
+    assert result["untrained"] is True and result["mode"] == "e2e" and result["max_new_tokens"] == 8
     assert len(result["candidates"]) == 2
     for candidate in result["candidates"]:
         assert 1 <= candidate["stats"]["generated_tokens"] <= 8
@@ -98,8 +107,57 @@ def test_generate_on_the_default_checkpoint_reports_untrained_and_stats(files, c
 
 
 @pytest.mark.timeout(300)
-def test_generate_streams_blocks_and_prints_the_stats_line(capsys):
-    assert main(["generate", "--prompt", "__global__ void", "--max-new-tokens", "8", "--device", "cpu"]) == 0
+def test_the_result_is_printed_once_and_the_untrained_warning_once(capsys):
+    assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "8", "--device", "cpu"]) == 0
     out, err = capsys.readouterr()
-    assert "UNTRAINED" in err and "forward passes" in err and "tokens/forward" in err and "tok/s" in err
-    assert out.strip() != "" or "finish: stop" in err
+    assert out.strip(), "the untrained checkpoint decodes some text for this prompt"
+    assert out.strip() not in err  # stderr is not a terminal here: nothing streamed
+    assert err.count("UNTRAINED") == 1
+    assert "forward passes" in err and "tokens/forward" in err and "tok/s" in err
+
+
+@pytest.mark.timeout(300)
+def test_stream_writes_the_text_to_stderr_as_it_is_decoded(capsys):
+    assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "8", "--device", "cpu", "--stream"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() and out.strip() in err
+    assert err.count("UNTRAINED") == 1
+
+
+@pytest.mark.timeout(300)
+def test_the_cpu_default_length_is_used_and_said(capsys):
+    assert main(["generate", "--prompt", PROMPT, "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert f"at most {CPU_DEFAULT_MAX_NEW_TOKENS} new tokens, the CPU default" in err
+    generated = int(err.split("[candidate 0] ")[1].split(" tokens in")[0])
+    assert 1 <= generated <= CPU_DEFAULT_MAX_NEW_TOKENS
+
+
+def test_a_terminal_sees_a_progress_line_that_is_erased_at_the_end(monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(_ProgressLine, "REFRESH_S", 0.0)
+    progress = _ProgressLine(terminal, most_tokens=16)
+    for candidate, committed, total in ((0, 4, 4), (1, 4, 8), (0, 8, 12)):  # each update: a candidate's tokens so far
+        progress(SimpleNamespace(index=candidate, token_ids=list(range(committed)), text="x" * committed))
+        assert terminal.line().startswith(f"decoding: {total}/16 tokens, ")
+    progress.close()
+    assert terminal.line().strip() == "" and "\n" not in terminal.written
+
+
+class _Terminal:
+    """What a terminal shows on its current line: each carriage return writes over it from the first column."""
+
+    def __init__(self):
+        self.written = ""
+
+    def write(self, text: str) -> None:
+        self.written += text
+
+    def flush(self) -> None:
+        pass
+
+    def line(self) -> str:
+        shown = ""
+        for piece in self.written.split("\r"):
+            shown = piece + shown[len(piece):]
+        return shown

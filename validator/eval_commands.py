@@ -7,6 +7,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from dice_copilot.cli import positive_int
+from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES
 from dice_copilot.validator.kernelbench_eval import (
     FAST_P_THRESHOLDS,
     EvalConfig,
@@ -18,7 +20,6 @@ from dice_copilot.validator.kernelbench_eval import (
     run_kernelbench_eval,
 )
 
-STRATEGIES = ("dynamic", "static", "sequential")
 DEFAULT_SAMPLING_TEMPERATURE = 0.8
 
 
@@ -37,16 +38,18 @@ def register(subparsers) -> None:
     kb.add_argument("--level", type=int, required=True, help="level number (1, 2, 3, ...)")
     kb.add_argument("--checkpoint", required=True, help="checkpoint directory or name ('default' for the embedded one)")
     kb.add_argument("--problems", default=None, help="problem ids to run, e.g. 1-20,25 (default: the whole level)")
-    kb.add_argument("--samples", type=int, default=1, help="candidates per problem; sample 0 is scored (default 1)")
+    kb.add_argument("--samples", type=positive_int, default=1, help="candidates per problem; sample 0 is scored")
     kb.add_argument("--out", type=Path, default=None,
                     help="output folder (default: runs/kernelbench-level{N}-{checkpoint name})")
     kb.add_argument("--device", default=None, help="device for the model (default: cuda when present, else cpu)")
-    kb.add_argument("--strategy", choices=STRATEGIES, default="dynamic", help="decoding strategy (default dynamic)")
-    kb.add_argument("--threshold", type=float, default=0.9, help="confidence threshold for dynamic decoding")
-    kb.add_argument("--max-new-tokens", type=int, default=2048, help="generation length limit (default 2048)")
+    kb.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY, help="decoding strategy")
+    kb.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                    help="dynamic strategy: commit every token whose confidence exceeds this")
+    kb.add_argument("--max-new-tokens", type=positive_int, default=2048, help="most tokens to generate per candidate")
     kb.add_argument("--temperature", type=float, default=None,
-                    help=f"sampling temperature (default 0 for one sample, {DEFAULT_SAMPLING_TEMPERATURE} for several)")
-    kb.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+                    help=f"sampling temperature (default: 0 for one sample, {DEFAULT_SAMPLING_TEMPERATURE} for "
+                         "several)")
+    kb.add_argument("--seed", type=int, default=0, help="sampling seed")
     kb.add_argument("--no-progress", action="store_true", help="no progress bar")
     kb.add_argument("--no-plot", action="store_true", help="skip the speedup plot (speedup.png)")
     kb.set_defaults(run=run_kernelbench)
@@ -63,8 +66,6 @@ def _fail(message: str) -> int:
 
 
 def run_kernelbench(args: argparse.Namespace) -> int:
-    if args.samples < 1:
-        return _fail("--samples must be at least 1")
     try:
         problem_ids = parse_problem_ids(args.problems) if args.problems else None
         list_level_problems(args.dir, args.level)

@@ -33,26 +33,30 @@ def register_train(train_subparsers) -> None:
     build.add_argument("--out", required=True, type=Path, help="output folder (results/ inside makes reruns resume)")
     build.add_argument("--source", default="builtin",
                        help="'builtin' (the seed library) or a JSONL file with pytorch_code and cuda_code per line")
-    build.add_argument("--min-speedup", type=float, default=2.0, help="keep pairs at least this much faster (2.0)")
-    build.add_argument("--shard", type=_shard, default=(0, 1), help="validate shard i of n (i/n, default 0/1)")
-    build.add_argument("--limit", type=int, default=None, help="validate at most N pairs of this shard")
+    build.add_argument("--min-speedup", type=float, default=2.0,
+                       help="keep pairs at least this much faster than eager PyTorch")
+    build.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
+                       help="validate shard I of N (default: 0/1)")
+    build.add_argument("--limit", type=int, default=None, metavar="N",
+                       help="validate at most N pairs of this shard (default: all)")
     build.add_argument("--compile-only", action="store_true",
                        help="no GPU stage: compile-check only; results are labelled unverified, no training sets")
     build.add_argument("--decontaminate", type=Path, default=None,
-                       help="benchmark checkout (e.g. KernelBench) to measure n-gram overlap against")
+                       help="benchmark checkout (e.g. KernelBench) to measure n-gram overlap against (default: none)")
     build.add_argument("--decontam-threshold", type=float, default=0.5,
-                       help="exclude pairs sharing at least this share of their n-grams with the benchmark (0.5)")
-    build.add_argument("--dedup-threshold", type=float, default=0.9, help="near-duplicate similarity (0.9)")
+                       help="exclude pairs sharing at least this share of their n-grams with the benchmark")
+    build.add_argument("--dedup-threshold", type=float, default=0.9,
+                       help="near-duplicates (problem and kernel both at least this similar) keep only the first")
     build.add_argument("--generators", type=_names, default=None,
                        help="built-in generators to use, comma-separated (default: all)")
-    build.add_argument("--scale", type=float, default=1.0, help="built-in: multiply each generator's pair count")
-    build.add_argument("--seed", type=int, default=0, help="built-in: generation seed")
+    build.add_argument("--scale", type=float, default=1.0, help="built-in source: multiply each generator's pair count")
+    build.add_argument("--seed", type=int, default=0, help="built-in source: generation seed")
     build.add_argument("--heldout-families", type=_names, default=None,
                        help="families to hold out for evaluation (default: chosen among rare families)")
-    build.add_argument("--timing-trials", type=int, default=100, help="timed calls per model (100)")
+    build.add_argument("--timing-trials", type=int, default=100, help="timed calls per model")
     build.add_argument("--max-seconds", type=float, default=None,
                        help="stop starting new validations this many seconds after the build started; "
-                            "rerun to resume")
+                            "rerun to resume (default: no limit)")
     build.add_argument("--no-validation", action="store_true",
                        help="validate nothing: write the sets and the report from the GPU verdicts already in "
                             "OUT/results (no GPU needed)")
