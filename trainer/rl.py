@@ -202,7 +202,7 @@ class _StepRunner:
         self.world, self.rank = accelerator.num_processes, accelerator.process_index
 
     def __call__(self, step: int, step_tasks: list[RLTask]) -> dict:
-        from dice_copilot.model.engine import DecodingPolicy
+        from dice_copilot.model.decoding import DecodingPolicy
 
         config, group = self.config, self.config.group_size
         mine = step_tasks[self.rank::self.world]  # whole groups per process: advantages need no exchange
@@ -237,7 +237,7 @@ class _StepRunner:
     def evaluate(self, held_out: list[RLTask]) -> dict:
         """One greedy answer to each held-out task (this process's share) under the current weights, rewarded
         like the rollouts: the eval_* metrics."""
-        from dice_copilot.model.engine import DecodingPolicy
+        from dice_copilot.model.decoding import DecodingPolicy
 
         mine = held_out[self.rank::self.world]
         self._sync_rollout_weights()
@@ -269,7 +269,8 @@ class _StepRunner:
     def _rollouts(self, prompts: list[list[int]], policy, copies: int) -> list:
         """`copies` responses per prompt (prompt-major) decoded with `policy` (a DecodingPolicy) through a
         ContinuousBatcher sized to the free memory; the cache is released afterwards for the optimizer steps."""
-        from dice_copilot.model.engine import ContinuousBatcher, positions_needed
+        from dice_copilot.model.engine import ContinuousBatcher
+        from dice_copilot.model.memory_plan import positions_needed
 
         if not prompts:
             return []

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD
+
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 _PROBLEM_FILE = re.compile(r"^(\d+)_(.+)\.py$")
 
@@ -401,8 +403,8 @@ def _progress_bar(total: int, done: int, enabled: bool, description: str):
 class GenerationSettings:
     """Decoding settings for KernelBench generation (see BlockDiffusionEngine.generate)."""
 
-    strategy: str = "dynamic"
-    threshold: float = 0.9
+    strategy: str = DEFAULT_STRATEGY
+    threshold: float = DEFAULT_THRESHOLD
     max_new_tokens: int = 2048
     temperature: float = 0.0
     top_k: int = 0
