@@ -9,39 +9,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from dice_copilot.server import backend
 from dice_copilot.server.context import (ModuleClass, ReferenceModule, defines_get_inputs, find_module_classes,
                                          kernel_names, new_kernel_path)
 from dice_copilot.server.jobs import PRIORITY_KERNEL, Job, JobCancelled
+from dice_copilot.server.protocol import (GENERATION_UPDATE_NOTIFICATION, GenerateKernelArguments,
+                                          ValidateKernelArguments)
 
 if TYPE_CHECKING:
     from dice_copilot.server.server import DiceCopilotServer
 
-GENERATE_COMMAND = "diceCopilot.generateKernel"
 KERNEL_TOKENS_FACTOR = 4  # a whole ModelNew module is several times longer than an infill
-
-
-def _argument(arguments: tuple, command: str, required: tuple[str, ...]) -> dict:
-    """The single object argument of a command, with a clear error when it is missing or malformed."""
-    value = arguments[0] if arguments else None
-    if hasattr(value, "__dict__") and not isinstance(value, dict):
-        value = {key: getattr(value, key) for key in vars(value)}
-    if not isinstance(value, dict) or any(not isinstance(value.get(key), str) for key in required):
-        raise JsonRpcInvalidParams(f"{command} takes one object argument with {', '.join(required)} (strings), "
-                                   f"got {arguments!r}")
-    return value
-
-
-def _position(value) -> types.Position | None:
-    if isinstance(value, dict) and isinstance(value.get("line"), int) and isinstance(value.get("character"), int):
-        return types.Position(value["line"], value["character"])
-    line, character = getattr(value, "line", None), getattr(value, "character", None)
-    if isinstance(line, int) and isinstance(character, int):
-        return types.Position(line, character)
-    return None
 
 
 def prompt_code_for(source: str, class_name: str) -> str:
@@ -58,35 +38,33 @@ class GenerationService:
 
     # ---- generateKernel --------------------------------------------------------------------------------------
 
-    def _pick_class(self, text: str, uri: str, arguments: dict) -> ModuleClass:
+    def _pick_class(self, text: str, target: GenerateKernelArguments) -> ModuleClass:
         classes = find_module_classes(text)
         if not classes:
-            raise JsonRpcInvalidParams(f"no `class X(nn.Module)` found in {uri}: kernel generation needs a PyTorch "
-                                       f"module to implement")
-        wanted = arguments.get("className")
-        if isinstance(wanted, str) and wanted:
+            raise JsonRpcInvalidParams(f"no `class X(nn.Module)` found in {target.uri}: kernel generation needs a "
+                                       f"PyTorch module to implement")
+        if target.className:
             for module in classes:
-                if module.name == wanted:
+                if module.name == target.className:
                     return module
-            raise JsonRpcInvalidParams(f"class {wanted!r} is not an nn.Module in {uri} (found: "
+            raise JsonRpcInvalidParams(f"class {target.className!r} is not an nn.Module in {target.uri} (found: "
                                        f"{', '.join(module.name for module in classes)})")
-        position = _position(arguments.get("position"))
+        position = target.position
         if position is not None:
-            analysis = self.server.analysis_of_text(uri, text)
+            analysis = self.server.analysis_of_text(target.uri, text)
             offset = analysis.lines.offset(position.line, position.character, self.server.position_encoding)
             for module in classes:
                 if module.start <= offset <= module.end:
                     return module
         return classes[0]
 
-    async def generate_kernel(self, arguments: tuple) -> dict:
+    async def generate_kernel(self, target: GenerateKernelArguments) -> dict:
         server = self.server
-        spec = _argument(arguments, GENERATE_COMMAND, ("uri",))
-        uri = spec["uri"]
+        uri = target.uri
         text = server.document_text(uri)
         if text is None:
             raise JsonRpcInvalidParams(f"{uri} is neither open in the editor nor a readable file")
-        module = self._pick_class(text, uri, spec)
+        module = self._pick_class(text, target)
         path = server.path_of(uri)
         file_name = Path(path).name if path else uri
         if not defines_get_inputs(text):
@@ -199,15 +177,14 @@ class GenerationService:
         if verdict is not None:
             payload.update(stage=verdict.stage, speedup=verdict.speedup, maxAbsError=verdict.max_abs_error,
                            compileOnly=verdict.compile_only)
-        self.server.protocol.notify("diceCopilot/generationUpdate", payload)
+        self.server.protocol.notify(GENERATION_UPDATE_NOTIFICATION, payload)
 
     # ---- validateKernel --------------------------------------------------------------------------------------
 
-    async def validate_kernel(self, arguments: tuple) -> dict:
+    async def validate_kernel(self, target: ValidateKernelArguments) -> dict:
         """Validate the document as it is in the editor and publish compiler errors as diagnostics."""
         server = self.server
-        spec = _argument(arguments, "diceCopilot.validateKernel", ("uri",))
-        uri = spec["uri"]
+        uri = target.uri
         text = server.document_text(uri)
         if text is None:
             raise JsonRpcInvalidParams(f"{uri} is neither open in the editor nor a readable file")

@@ -14,11 +14,11 @@ from dice_copilot.server import backend
 from dice_copilot.server.cache import CachedSuggestion, CacheEntry, context_key
 from dice_copilot.server.context import infill_window, kernel_in_regions
 from dice_copilot.server.jobs import PRIORITY_INFILL, Job, JobCancelled, wait_with_budget
+from dice_copilot.server.protocol import ACCEPT_COMMAND, SUGGESTION_READY_NOTIFICATION
 
 if TYPE_CHECKING:
     from dice_copilot.server.server import DiceCopilotServer
 
-ACCEPT_COMMAND = "diceCopilot.didAccept"
 EMPTY = types.InlineCompletionList(items=[])
 
 
@@ -171,7 +171,7 @@ class InfillService:
             if job.id in self.notify_ready and self.latest.get(request.uri) is job and entry.suggestions:
                 document = server.workspace.text_documents.get(request.uri)
                 if document is not None and document.version == request.version:
-                    server.protocol.notify("diceCopilot/suggestionReady", {
+                    server.protocol.notify(SUGGESTION_READY_NOTIFICATION, {
                         "uri": request.uri, "version": request.version, "count": len(entry.suggestions),
                         "position": {"line": request.position.line, "character": request.position.character}})
                     server.log(f"{job.id}: suggestionReady sent ({len(entry.suggestions)} item(s))")

@@ -14,20 +14,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import attrs
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from dice_copilot.server import backend
 from dice_copilot.server.cache import SuggestionCache
 from dice_copilot.server.context import (CudaRegion, LineIndex, ReferenceModule, cuda_regions, document_kind,
                                          find_module_classes, find_reference, kernel_in_regions)
-from dice_copilot.server.generate import GENERATE_COMMAND, GenerationService
-from dice_copilot.server.infill import ACCEPT_COMMAND, InfillService
+from dice_copilot.server.generate import GenerationService
+from dice_copilot.server.infill import InfillService
 from dice_copilot.server.jobs import EngineQueue, Job, ValidationService
 from dice_copilot.server.models import ModelManager
+from dice_copilot.server.protocol import (ACCEPT_COMMAND, CANCEL_COMMAND, DID_PARTIALLY_ACCEPT_COMPLETION_NOTIFICATION,
+                                          DID_SHOW_COMPLETION_NOTIFICATION, GENERATE_COMMAND, STATUS_COMMAND,
+                                          STATUS_NOTIFICATION, VALIDATE_COMMAND, AcceptedSuggestion,
+                                          CancelJobArguments, GenerateKernelArguments, ValidateKernelArguments,
+                                          lsp_converter)
 from dice_copilot.server.settings import SECTION, ServerSettings, merge_settings
 from dice_copilot.server.telemetry import TelemetryLog
 
@@ -37,10 +44,6 @@ REFERENCE_TTL_S = 5.0
 # Verdict diagnostic severities: static-check flags are recorded, not rejections.
 DIAGNOSTIC_SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning,
                        "flag": types.DiagnosticSeverity.Warning, "note": types.DiagnosticSeverity.Information}  # kernel files are small; beyond this we answer empty instead of scanning
-STATUS_METHOD = "diceCopilot/status"
-VALIDATE_COMMAND = "diceCopilot.validateKernel"
-CANCEL_COMMAND = "diceCopilot.cancelJob"
-STATUS_COMMAND = "diceCopilot.showStatus"
 
 
 @dataclass
@@ -59,8 +62,17 @@ class DocumentAnalysis:
 
 
 class DiceCopilotProtocol(LanguageServerProtocol):
-    """pygls logs a request whose params cannot be structured and never answers it; a client would wait forever.
-    Answer it with the JSON-RPC error instead."""
+    """pygls's protocol with two answers it would not give: to a request whose params cannot be structured (pygls
+    logs it and never answers: a client would wait forever), and Invalid Params to a command sent without an
+    argument list."""
+
+    @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
+    def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams):
+        # pygls calls the handler without arguments when the list is omitted (a TypeError, answered as an internal
+        # error); as an empty list, its argument count check answers Invalid Params.
+        if params.arguments is None:
+            params = attrs.evolve(params, arguments=[])
+        return (yield from super().lsp_workspace__execute_command(params))
 
     def structure_message(self, data: dict[str, Any]):
         try:
@@ -75,7 +87,8 @@ class DiceCopilotProtocol(LanguageServerProtocol):
 
 class DiceCopilotServer(LanguageServer):
     def __init__(self):
-        super().__init__("dice-copilot", VERSION, max_workers=4, protocol_cls=DiceCopilotProtocol)
+        super().__init__("dice-copilot", VERSION, max_workers=4, protocol_cls=DiceCopilotProtocol,
+                         converter_factory=lsp_converter)
         self.settings = ServerSettings()
         self.models = ModelManager(self)
         self.engine_queue = EngineQueue()
@@ -129,7 +142,7 @@ class DiceCopilotServer(LanguageServer):
             if value is not None:
                 payload[key] = round(value, 1) if key == "lastLatencyMs" else value
         self._last_status = (state, reason, uri)
-        self.protocol.notify(STATUS_METHOD, payload)
+        self.protocol.notify(STATUS_NOTIFICATION, payload)
 
     def send_status_once(self, reason: str, uri: str) -> None:
         """Status for a fast-path empty answer, sent only when the reason changed (every keystroke asks)."""
@@ -442,26 +455,22 @@ async def inline_completion(ls: DiceCopilotServer, params: types.InlineCompletio
 
 
 @server.command(ACCEPT_COMMAND)
-def did_accept(ls: DiceCopilotServer, *arguments) -> None:
-    accepted = arguments[0] if arguments else None
-    if not isinstance(accepted, dict):
-        raise JsonRpcInvalidParams(f"{ACCEPT_COMMAND} takes the object from the completion item, got {arguments!r}")
-    verdict = accepted.get("verdict") if isinstance(accepted.get("verdict"), dict) else {}
-    ls.log(f"suggestion {accepted.get('id')} accepted ({verdict})")
-    ls.telemetry_record("accepted", id=accepted.get("id"), uri=accepted.get("uri"), verdict=verdict)
-    if isinstance(accepted.get("uri"), str) and isinstance(accepted.get("kernel"), str):
-        summary = backend.VerdictSummary(
-            bool(verdict.get("passed")), verdict.get("stage"), bool(verdict.get("compileOnly")),
-            verdict.get("failure"), verdict.get("failureCode"), verdict.get("speedup"), verdict.get("maxAbsError"), ())
-        ls.remember_verdict(accepted["uri"], accepted["kernel"], summary)
+def did_accept(ls: DiceCopilotServer, accepted: AcceptedSuggestion) -> None:
+    verdict = accepted.verdict
+    summary = backend.VerdictSummary(verdict.passed, verdict.stage, verdict.compileOnly, verdict.failure,
+                                     verdict.failureCode, verdict.speedup, verdict.maxAbsError, (), verdict.notRun)
+    ls.log(f"suggestion {accepted.id} accepted ({summary.to_wire()})")
+    ls.telemetry_record("accepted", id=accepted.id, uri=accepted.uri, verdict=summary.to_wire())
+    if accepted.uri is not None and accepted.kernel is not None:
+        ls.remember_verdict(accepted.uri, accepted.kernel, summary)
 
 
-@server.feature("diceCopilot/didShowCompletion")
+@server.feature(DID_SHOW_COMPLETION_NOTIFICATION)
 def did_show(ls: DiceCopilotServer, params: Any) -> None:
     ls.telemetry_record("didShow", id=getattr(params, "id", None))
 
 
-@server.feature("diceCopilot/didPartiallyAcceptCompletion")
+@server.feature(DID_PARTIALLY_ACCEPT_COMPLETION_NOTIFICATION)
 def did_partially_accept(ls: DiceCopilotServer, params: Any) -> None:
     ls.telemetry_record("partiallyAccepted", id=getattr(params, "id", None),
                         acceptedLength=getattr(params, "acceptedLength", None))
@@ -514,27 +523,26 @@ def code_lenses(ls: DiceCopilotServer, params: types.CodeLensParams):
 
 
 @server.command(GENERATE_COMMAND)
-async def generate_kernel(ls: DiceCopilotServer, *arguments):
-    return await ls.generation.generate_kernel(arguments)
+async def generate_kernel(ls: DiceCopilotServer, target: GenerateKernelArguments):
+    return await ls.generation.generate_kernel(target)
 
 
 @server.command(VALIDATE_COMMAND)
-async def validate_kernel(ls: DiceCopilotServer, *arguments):
-    return await ls.generation.validate_kernel(arguments)
+async def validate_kernel(ls: DiceCopilotServer, target: ValidateKernelArguments):
+    return await ls.generation.validate_kernel(target)
 
 
 @server.command(CANCEL_COMMAND)
-def cancel_job(ls: DiceCopilotServer, *arguments):
-    spec = arguments[0] if arguments else {}
-    wanted = spec.get("jobId") if isinstance(spec, dict) else None
+def cancel_job(ls: DiceCopilotServer, spec: CancelJobArguments):
     cancelled = [job.id for job in list(ls.jobs.values())
-                 if (wanted is None or job.id == wanted) and job.cancel("cancelled")]
+                 if (spec.jobId is None or job.id == spec.jobId) and job.cancel("cancelled")]
     ls.log(f"cancelJob: {cancelled or 'nothing to cancel'}")
     return {"cancelled": cancelled}
 
 
 @server.command(STATUS_COMMAND)
-def show_status(ls: DiceCopilotServer, *arguments):
+def show_status(ls: DiceCopilotServer, *_ignored: Any):
+    """Takes no argument or `{}` (clients send either); any argument is ignored."""
     return ls.status_snapshot()
 
 

@@ -14,6 +14,8 @@ from lsprotocol import types
 
 from server_helpers import (PY_WITH_STRING, SCALE_CU, execute, inline_params, lsp_session, make_tiny_checkpoint,
                             open_document, shared_build_cache, wait_ready)
+from dice_copilot.server.protocol import (ACCEPT_COMMAND, CANCEL_COMMAND, GENERATE_COMMAND, STATUS_COMMAND,
+                                          VALIDATE_COMMAND)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -113,10 +115,12 @@ async def test_fuzzed_session_leaves_the_server_alive_and_bounded(tmp_path, tmp_
                     "textDocument": {"uri": uri}, "range": {"start": position, "end": position},
                     "context": {"diagnostics": []}}))
             else:
-                pending.append(send_raw(client, "workspace/executeCommand", {
-                    "command": rng.choice(["diceCopilot.validateKernel", "diceCopilot.generateKernel",
-                                           "diceCopilot.cancelJob", "diceCopilot.didAccept"]),
-                    "arguments": rng.choice([[], [None], [{"uri": 3}], [{"uri": "file:///missing/x.py"}], [{}]])}))
+                command = {"command": rng.choice([VALIDATE_COMMAND, GENERATE_COMMAND, CANCEL_COMMAND, ACCEPT_COMMAND])}
+                arguments = rng.choice([None, [], [None], [42, 1], [{"uri": 3}], [{"uri": "file:///missing/x.py"}],
+                                        [{"uri": "file:///missing/x.py", "position": "x"}], [{"verdict": []}], [{}]])
+                if arguments is not None:  # None: the list left out
+                    command["arguments"] = arguments
+                pending.append(send_raw(client, "workspace/executeCommand", command))
             if index % 50 == 49:
                 await asyncio.sleep(0.05)
         results = await asyncio.wait_for(asyncio.gather(*(asyncio.wrap_future(f) for f in pending),
@@ -124,7 +128,7 @@ async def test_fuzzed_session_leaves_the_server_alive_and_bounded(tmp_path, tmp_
         assert len(results) == len(pending)
 
         # Alive and answering: a status snapshot and a fast-path completion still work.
-        status = await execute(client, "diceCopilot.showStatus")
+        status = await execute(client, STATUS_COMMAND)
         assert status["state"] in ("ready", "generating") and server.is_running()
         answer = await client.text_document_inline_completion_async(inline_params(documents["k.cu"][0], 0, 0))
         assert answer.items == ()

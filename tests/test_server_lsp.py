@@ -10,12 +10,15 @@ import psutil
 import pytest
 import pytest_asyncio
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from server_helpers import (GOOD_MIDDLE, execute, shared_build_cache, PY_STRING_HOLE, PY_WITH_STRING, REFERENCE_PY, SCALE_CU, SCALE_CU_HOLE,
                             inline_params, lsp_session, make_tiny_checkpoint, open_document, statuses, wait_ready,
                             wait_until, write_script)
 from dice_copilot.server.backend import SCRIPTED_COMPLETIONS_ENV
+from dice_copilot.server.protocol import (ACCEPT_COMMAND, CANCEL_COMMAND, COMMANDS, GENERATE_COMMAND,
+                                          GENERATION_UPDATE_NOTIFICATION, STATUS_COMMAND,
+                                          SUGGESTION_READY_NOTIFICATION, VALIDATE_COMMAND)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -65,10 +68,8 @@ async def test_capabilities(session):
     assert capabilities.inline_completion_provider is not None
     assert list(capabilities.code_action_provider.code_action_kinds) == [types.CodeActionKind.RefactorRewrite]
     assert capabilities.code_lens_provider is not None and capabilities.hover_provider
-    assert set(capabilities.execute_command_provider.commands) == {
-        "diceCopilot.didAccept", "diceCopilot.generateKernel", "diceCopilot.validateKernel", "diceCopilot.cancelJob",
-        "diceCopilot.showStatus"}
-    status = await execute(client, "diceCopilot.showStatus")
+    assert set(capabilities.execute_command_provider.commands) == set(COMMANDS)
+    status = await execute(client, STATUS_COMMAND)
     assert status["loads"] == 1 and status["compileOnly"] is True and status["device"] == "cpu"
 
 
@@ -98,7 +99,7 @@ async def test_infill_cu_budget_then_suggestion_ready_then_cache_hit(session):
     first = await client.text_document_inline_completion_async(inline_params(uri, *SCALE_CU_HOLE))
     assert first.items == () and time.perf_counter() - started < SLOW_S  # the automatic budget (300 ms) expired
     await wait_until(lambda: any(s.get("reason") == "timeout" for s in statuses(client)), 5, "timeout status")
-    ready = await wait_until(lambda: [p for m, p in client.custom_notifications if m == "diceCopilot/suggestionReady"
+    ready = await wait_until(lambda: [p for m, p in client.custom_notifications if m == SUGGESTION_READY_NOTIFICATION
                                       and p["uri"] == uri], 180, "suggestionReady")
     assert ready[0]["position"] == {"line": SCALE_CU_HOLE[0], "character": SCALE_CU_HOLE[1]}
 
@@ -109,7 +110,7 @@ async def test_infill_cu_budget_then_suggestion_ready_then_cache_hit(session):
     assert [item.insert_text for item in again.items] == [GOOD_MIDDLE]  # the non-compiling candidate is not shown
     item = again.items[0]
     assert item.range.start == item.range.end == types.Position(*SCALE_CU_HOLE)
-    assert item.command.command == "diceCopilot.didAccept"
+    assert item.command.command == ACCEPT_COMMAND
     verdict = item.command.arguments[0]["verdict"]
     assert verdict["passed"] and verdict["compileOnly"] and verdict["stage"] == "compile"
     assert statuses(client)[-1]["reason"] == "noGpu"
@@ -186,7 +187,7 @@ async def test_superseding_kills_validation_subprocesses(session):
     text = "// kill-me\n" + SCALE_CU.replace("scale_kernel", "killed_kernel")
     uri = open_document(client, workspace / "kill.cu", text, "cuda-cpp")
     hole = (SCALE_CU_HOLE[0] + 1, SCALE_CU_HOLE[1])
-    worker = (await execute(client, "diceCopilot.showStatus"))["validationWorkerPid"]
+    worker = (await execute(client, STATUS_COMMAND))["validationWorkerPid"]
     first = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, *hole,
                                                                                              invoked=True)))
     await wait_until(lambda: "killed_kernel" in log_text(client) and "validating 1 candidate(s) together" in log_text(
@@ -196,7 +197,7 @@ async def test_superseding_kills_validation_subprocesses(session):
     assert (await asyncio.wait_for(first, 10)).items == ()
     await wait_until(lambda: "killed validation worker pid" in log_text(client), 10, "the worker kill")
     assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
-    assert (await execute(client, "diceCopilot.showStatus"))["validationWorkerKills"] >= 1
+    assert (await execute(client, STATUS_COMMAND))["validationWorkerKills"] >= 1
 
 
 async def test_code_action_generates_a_new_kernel_file(session):
@@ -224,7 +225,7 @@ async def test_code_action_generates_a_new_kernel_file(session):
     edit = client.applied_edits[-1].edit.document_changes
     assert isinstance(edit[0], types.CreateFile) and edit[0].options.overwrite is False
     assert client.shown_documents[-1].uri == target.as_uri()
-    updates = [p for m, p in client.custom_notifications if m == "diceCopilot/generationUpdate"]
+    updates = [p for m, p in client.custom_notifications if m == GENERATION_UPDATE_NOTIFICATION]
     assert {(u["candidate"], u["status"]) for u in updates} >= {(1, "failed"), (2, "generated"), (2, "passed")}
     reports = [r for token, rs in client.progress_reports.items() for r in rs]
     messages = [getattr(r, "message", None) or "" for r in reports]
@@ -238,7 +239,7 @@ async def test_generate_without_inputs_says_what_is_needed(session):
     uri = open_document(client, workspace / "no_inputs.py", text, "python")
     with pytest.raises(JsonRpcException) as error:
         await client.workspace_execute_command_async(types.ExecuteCommandParams(
-            command="diceCopilot.generateKernel", arguments=[{"uri": uri, "className": "Model"}]))
+            command=GENERATE_COMMAND, arguments=[{"uri": uri, "className": "Model"}]))
     assert "get_inputs()" in str(error.value) and "Model.forward" in str(error.value)
     assert not list(workspace.glob("no_inputs_kernel*.py"))
 
@@ -249,7 +250,7 @@ async def test_validate_kernel_publishes_diagnostics_at_the_right_lines(session)
     path = workspace / "broken.cu"
     path.write_text(broken)
     uri = open_document(client, path, broken, "cuda-cpp")
-    result = await execute(client, "diceCopilot.validateKernel", {"uri": uri})
+    result = await execute(client, VALIDATE_COMMAND, {"uri": uri})
     assert result["verdict"]["passed"] is False
     diagnostics = client.diagnostics[uri]
     assert diagnostics and diagnostics[0].range.start.line == 3 and "no_such_variable" in diagnostics[0].message
@@ -259,7 +260,7 @@ async def test_validate_kernel_publishes_diagnostics_at_the_right_lines(session)
     py_path = workspace / "broken_string.py"
     py_path.write_text(py_broken)
     py_uri = open_document(client, py_path, py_broken, "python")
-    await execute(client, "diceCopilot.validateKernel", {"uri": py_uri})
+    await execute(client, VALIDATE_COMMAND, {"uri": py_uri})
     errors = [d for d in client.diagnostics[py_uri] if d.severity == types.DiagnosticSeverity.Error]
     assert errors and {d.range.start.line for d in errors} == {8}  # the line inside the Python string
     hover = await client.text_document_hover_async(types.HoverParams(
@@ -271,11 +272,51 @@ async def test_malformed_command_arguments_get_a_clear_error(session):
     client, _ = session
     with pytest.raises(JsonRpcException) as error:
         await client.workspace_execute_command_async(types.ExecuteCommandParams(
-            command="diceCopilot.generateKernel", arguments=[42]))
+            command=GENERATE_COMMAND, arguments=[42]))
     assert "uri" in str(error.value)
-    cancelled = await execute(client, "diceCopilot.cancelJob", {"jobId": "job-does-not-exist"})
+    cancelled = await execute(client, CANCEL_COMMAND, {"jobId": "job-does-not-exist"})
     assert cancelled["cancelled"] == []
     assert json.dumps(statuses(client))  # every status payload is plain JSON
+
+
+async def test_command_arguments_are_typed_and_a_bad_one_is_named(session):
+    """Each command's argument is structured from its type (server/protocol.py): a wrong type, a missing field or a
+    missing argument answers Invalid Params naming the command and the field; unknown keys are ignored."""
+    client, workspace = session
+    bad = [
+        (GENERATE_COMMAND, [{"uri": 3}], "expected str @ $.uri"),
+        (GENERATE_COMMAND, [{"uri": "file:///x.py", "position": {"line": "one"}}], "$.position.line"),
+        (VALIDATE_COMMAND, [{}], "required field missing @ $.uri"),
+        (VALIDATE_COMMAND, [], "Expected 1 arguments, got 0"),
+        (VALIDATE_COMMAND, None, "Expected 1 arguments, got 0"),  # no argument list at all
+        (CANCEL_COMMAND, [{"jobId": 7}], "$.jobId"),
+        (ACCEPT_COMMAND, ["the item"], "takes one object argument {id?, uri?, kernel?, verdict?}, got 'the item'"),
+        (ACCEPT_COMMAND, [{"verdict": {"passed": "yes"}}], "expected bool @ $.verdict.passed"),
+    ]
+    for command, arguments, expected in bad:
+        with pytest.raises(JsonRpcInvalidParams) as error:
+            await client.workspace_execute_command_async(types.ExecuteCommandParams(command=command,
+                                                                                    arguments=arguments))
+        assert expected in str(error.value), (command, arguments, str(error.value))
+        if arguments and isinstance(arguments[0], dict):
+            assert command in str(error.value)
+
+    # An unknown key (the Neovim plugin sends the cursor to validateKernel) is ignored: the URI is what is checked.
+    with pytest.raises(JsonRpcInvalidParams, match="neither open in the editor nor a readable file"):
+        await execute(client, VALIDATE_COMMAND, {"uri": (workspace / "missing.cu").as_uri(), "position": {
+            "line": 0, "character": 0}})
+    assert (await execute(client, STATUS_COMMAND, {}))["loads"] == 1  # showStatus takes nothing or {}
+
+    # An accepted suggestion's verdict, typed, is what the hover of its kernel shows.
+    source = SCALE_CU.replace("scale_kernel", "accepted_kernel")
+    uri = open_document(client, workspace / "accepted.cu", source, "cuda-cpp")
+    assert await execute(client, ACCEPT_COMMAND, {
+        "id": "s-accepted", "uri": uri, "kernel": "accepted_kernel", "verdict": {
+            "passed": True, "stage": "compile", "compileOnly": True, "speedup": None, "maxAbsError": None,
+            "failure": None, "failureCode": None, "notRun": "no CUDA device"}}) is None
+    hover = await client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(4, 4)))
+    assert "last verdict: ✓ compiles (no CUDA device)" in hover.contents.value
 
 
 async def test_settings_are_pulled_after_did_change_configuration(session):
