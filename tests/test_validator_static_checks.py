@@ -493,9 +493,21 @@ def test_kernels_built_from_cu_files_are_checked_in_those_files():
     assert "kernel_not_invoked" in errors(loader.replace("return ext.scale_forward(x)", "return x.view(-1)"), "strict")
 
 
-def test_missing_model_new_is_rejected_in_strict():
-    assert "no_model_new" in errors("import torch\n", "strict")
-    assert errors("import torch\n", "ide") == set()
+@pytest.mark.parametrize("policy", ["ide", "strict"])
+@pytest.mark.parametrize("source", ["", "\n\n", "import torch\n", "class Net(torch.nn.Module):\n    pass\n",
+                                    "if True:\n    class ModelNew:\n        pass\n"])
+def test_missing_model_new_is_rejected_in_both_policies(source, policy):
+    (finding,) = [f for f in check_static(source, policy) if f.severity == "error"]
+    assert finding.code == "no_model_new" and finding.message.startswith("no class ModelNew")
+    assert "must define `class ModelNew(nn.Module)`" in finding.message
+    assert ("empty" in finding.message) == (not source.strip())
+
+
+def test_a_cu_file_of_preprocessor_lines_is_not_read_as_python():
+    # Python would parse it (every line a comment) and find no ModelNew; as CUDA there is nothing to reject.
+    header_only = "#include <cuda_runtime.h>\n#define N 4\n"
+    assert check_static(header_only, "ide", cuda_file=True) == []
+    assert errors(header_only, "ide") == {"no_model_new"}  # the same text as a Python module
 
 
 def test_kernel_never_called_from_forward_is_rejected():

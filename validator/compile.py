@@ -33,9 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .environment import diagnose_build
 from .kernel_split import CUBIN_SYMBOL, SplitError, split_host_device, split_top_commas
-from .problem import ExtensionSpec, SourceSegment
-from .verdict import Diagnostic
+from .problem import CUDA_SUFFIXES, ExtensionSpec, SourceSegment
+from .verdict import Diagnostic, ValidatorError
 
 DEFAULT_COMPILE_TIMEOUT_S = 180.0
 # Compilers get their own process group so a timeout kills nvcc with its cicc/ptxas/gcc children. Worker processes
@@ -167,7 +168,9 @@ class _TorchFlags:
 def torch_flags(arch: str, with_cuda: bool, extra_cflags: tuple, extra_cuda_cflags: tuple, extra_ldflags: tuple,
                 extra_include_paths: tuple) -> _TorchFlags:
     """The exact compile/link flags the installed torch's load_inline would use (read from its ninja writer), with
-    the GPU arch narrowed to `arch` and TORCH_EXTENSION_NAME left to the caller."""
+    the GPU arch narrowed to `arch` and TORCH_EXTENSION_NAME left to the caller. The extra_* arguments are argv
+    words (as ExtensionSpec holds them); the ninja writer joins them into a command line that is split here again,
+    so each goes in shell-quoted and comes back as the one word it was."""
     import torch
     from torch.utils import cpp_extension as ce
 
@@ -179,7 +182,8 @@ def torch_flags(arch: str, with_cuda: bool, extra_cflags: tuple, extra_cuda_cfla
     with tempfile.TemporaryDirectory() as tmp:
         ninja = Path(tmp) / "build.ninja"
         wanted = dict(path=str(ninja), name="DICE_EXT", sources=[f"{tmp}/main.cpp", f"{tmp}/cuda.cu"],
-                      extra_cflags=list(extra_cflags), extra_cuda_cflags=list(extra_cuda_cflags) + arch_flags,
+                      extra_cflags=shell_quoted(extra_cflags),
+                      extra_cuda_cflags=shell_quoted(extra_cuda_cflags) + arch_flags,
                       extra_sycl_cflags=[], extra_ldflags=[], extra_include_paths=list(extra_include_paths),
                       with_cuda=with_cuda, with_sycl=False, is_standalone=False)
         params = inspect.signature(ce._write_ninja_file_to_build_library).parameters
@@ -201,6 +205,11 @@ def torch_flags(arch: str, with_cuda: bool, extra_cflags: tuple, extra_cuda_cfla
                                            _tool_version("nvcc"), _tool_version("c++")]).encode()).hexdigest()
     host_signature = hashlib.sha256(json.dumps([torch.__version__, cflags, _tool_version("c++")]).encode()).hexdigest()
     return _TorchFlags(cflags, cuda_cflags, tuple(["-shared", *ldflags]), signature, host_signature)
+
+
+def shell_quoted(words) -> list[str]:
+    """argv words as torch's build wants its flags: it joins them into a shell command line."""
+    return [shlex.quote(word) for word in words]
 
 
 def _drop_missing_libraries(ldflags: list[str]) -> list[str]:
@@ -289,7 +298,8 @@ def load_inline_sources(spec: ExtensionSpec) -> tuple[list[_Chunk], list[_Chunk]
     if spec.functions is not None:
         functions = spec.functions if isinstance(spec.functions, dict) else {f: f for f in spec.functions}
         cpp.append(_Chunk("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"))
-        cpp += [_Chunk(f'm.def("{n}", torch::wrap_pybind_function({n}), "{doc}");') for n, doc in functions.items()]
+        bound = "torch::wrap_pybind_function({})" if spec.with_pytorch_error_handling else "{}"
+        cpp += [_Chunk(f'm.def("{n}", {bound.format(n)}, "{doc}");') for n, doc in functions.items()]
         cpp.append(_Chunk("}"))
     cuda = []
     if spec.cuda_sources:
@@ -301,8 +311,8 @@ def load_inline_sources(spec: ExtensionSpec) -> tuple[list[_Chunk], list[_Chunk]
 
 # ---------------------------------------------------------------- running compilers with a hard deadline
 
-class CompileTimeout(Exception):
-    pass
+class CompileTimeout(ValidatorError):
+    """A build ran past its deadline (its compilers were killed)."""
 
 
 def _start_compiler(cmd: list[str], cwd: Path) -> subprocess.Popen:
@@ -467,19 +477,22 @@ class ExtensionBuilder:
                                    time.monotonic() - start, timed_out=True,
                                    diagnostics=[Diagnostic(None, None, "error", f"compile timeout after {limit:.0f} s")])
             result.seconds = time.monotonic() - start
-            # Timeouts are not cached (they depend on machine load); successes and real errors are.
-            result_file.write_text(json.dumps(result.to_dict()))
+            # Timeouts are not cached (they depend on machine load), nor failures for want of a piece of the machine
+            # (it may be installed before the next try); successes and real errors are.
+            if result.ok or diagnose_build(result.log) is None:
+                result_file.write_text(json.dumps(result.to_dict()))
             return result
 
     def _build_uncached(self, spec: ExtensionSpec, build_dir: Path, deadline: float) -> BuildResult:
-        if self.config.mode == "load_inline" and not spec.source_paths:
+        if spec.argument_errors:
+            return _argument_failure(spec)
+        if self.config.mode == "load_inline" or spec.torch_build_reason:
             result = kernelbench_load_inline(spec, build_dir, self.arch, max(1.0, deadline - time.monotonic()))
             if result.timed_out:
                 raise CompileTimeout()
-            cpp, cuda = load_inline_sources(spec)
-            files = [GeneratedFile(build_dir / "main.cpp", _line_origins(cpp)),
-                     GeneratedFile(build_dir / "cuda.cu", _line_origins(cuda))]
-            result.diagnostics = map_diagnostics(result.log, files) if not result.ok else []
+            if spec.torch_build_reason:
+                result.log = f"[built by torch's own {'load' if spec.source_paths else 'load_inline'}: " \
+                             f"{spec.torch_build_reason}]\n" + result.log
             return result
         flags = self._flags(spec)
         cpp_chunks, cuda_chunks = self._sources(spec)
@@ -513,9 +526,8 @@ class ExtensionBuilder:
                 if result.ok or _kernel_error_is_final(result):
                     return result
                 log_prefix = "[fast path failed; result below is from the load_inline layout]\n"
-        units = [("main.cpp", cpp_chunks, "cxx")] + ([("cuda.cu", cuda_chunks, "nvcc")] if cuda_chunks else [])
         result = self._compile_and_link(module_name, glue_name, build_dir, so_path, deadline, flags, define,
-                                        use_pch, units, strategy="full")
+                                        use_pch, self._full_units(spec, cpp_chunks, cuda_chunks), strategy="full")
         result.log = log_prefix + result.log
         return result
 
@@ -553,6 +565,15 @@ class ExtensionBuilder:
         # load(sources=[...]): each file's text as is; their folders go on the include path.
         return _segment_chunks(spec.cpp_sources, spec.cpp_segments), _segment_chunks(spec.cuda_sources,
                                                                                       spec.cuda_segments)
+
+    @staticmethod
+    def _full_units(spec: ExtensionSpec, cpp_chunks: list[_Chunk], cuda_chunks: list[_Chunk]) -> list:
+        """The units of the load_inline layout: main.cpp and cuda.cu as load_inline writes them, or for
+        `load(sources=[...])` one unit per file, as torch compiles them (two files are never one unit)."""
+        if not spec.source_paths:
+            return [("main.cpp", cpp_chunks, "cxx")] + ([("cuda.cu", cuda_chunks, "nvcc")] if cuda_chunks else [])
+        return [(name, [_Chunk(file.text, file)], "nvcc" if file.file.endswith(CUDA_SUFFIXES) else "cxx")
+                for name, file in zip(source_unit_names(spec), spec.source_files())]
 
     def _compile_and_link(self, module_name, glue_name, build_dir, so_path, deadline, flags, define, use_pch,
                           units, strategy, cubin_flags: list[str] | None = None,
@@ -881,7 +902,8 @@ def signature_bindings(spec: ExtensionSpec) -> list[Binding] | None:
     """The functions to bind when the C++ sources are only declarations of them (and torch includes) whose types
     all appear in _BINDABLE_TYPE, and the CUDA sources define them plainly: then the pybind glue needs no name of
     the candidate's, only the types. None otherwise."""
-    if spec.functions is None or spec.no_implicit_headers or spec.source_paths:
+    if (spec.functions is None or spec.no_implicit_headers or spec.source_paths
+            or not spec.with_pytorch_error_handling):  # then load_inline binds without wrap_pybind_function
         return None
     functions = spec.functions if isinstance(spec.functions, dict) else {f: f for f in spec.functions}
     text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", "\n".join(spec.cpp_sources), flags=re.S)
@@ -1088,6 +1110,21 @@ def _file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _argument_failure(spec: ExtensionSpec) -> BuildResult:
+    """A build torch itself would fail on its arguments: failed with torch's reason, at the call, compiling
+    nothing."""
+    diagnostics = [Diagnostic(spec.call_line, None, "error", message, spec.call_file)
+                   for message in spec.argument_errors]
+    log = "[not built: torch's build fails on these arguments]\n" + "\n".join(spec.argument_errors)
+    return BuildResult(False, spec.name, None, log, 0.0, strategy="arguments", diagnostics=diagnostics)
+
+
+def source_unit_names(spec: ExtensionSpec) -> list[str]:
+    """A file name per source file of a `load(sources=[...])` spec, distinct and apart from the generated units'
+    names, that keeps the file's name (compiler messages show it)."""
+    return [f"src{i}_{Path(path).name}" for i, path in enumerate(spec.source_paths)]
+
+
 def build_many(builder: ExtensionBuilder, specs: list[ExtensionSpec], max_workers: int | None = None,
                timeout_s: float | None = None) -> list[BuildResult]:
     """Build several extensions at once."""
@@ -1095,29 +1132,59 @@ def build_many(builder: ExtensionBuilder, specs: list[ExtensionSpec], max_worker
 
 
 def kernelbench_load_inline(spec: ExtensionSpec, build_dir: Path, arch: str, timeout_s: float) -> BuildResult:
-    """Reference path for parity: plain torch load_inline in a subprocess (as KernelBench compiles)."""
+    """torch's own load_inline (load, for `load(sources=[...])`) in a subprocess, as KernelBench compiles: the
+    parity reference, and the builder of what the layouts here do not reproduce. The subprocess builds and does not
+    import (the worker imports, where a CUDA extension can load), and links without the CUDA libraries a CPU build
+    of torch lacks, as the builds here do."""
     start = time.monotonic()
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
-    kwargs = dict(name=spec.name, cpp_sources=spec.cpp_sources, cuda_sources=spec.cuda_sources or None,
-                  functions=spec.functions, extra_cflags=spec.extra_cflags, extra_cuda_cflags=spec.extra_cuda_cflags,
-                  extra_ldflags=spec.extra_ldflags, extra_include_paths=spec.extra_include_paths,
+    common = dict(name=spec.name, extra_cflags=shell_quoted(spec.extra_cflags),
+                  extra_cuda_cflags=shell_quoted(spec.extra_cuda_cflags),
+                  extra_ldflags=shell_quoted(spec.extra_ldflags), with_cuda=spec.with_cuda,
                   build_directory=str(build_dir), verbose=True)
-    script = ("import json,sys\nfrom torch.utils.cpp_extension import load_inline\n"
-              "kw=json.loads(sys.stdin.read())\nm=load_inline(**kw)\nprint('DICE_OK', m.__file__)\n")
+    if spec.source_paths:
+        # The files' texts (an editor's unsaved text included) under names of their own; their folders go on the
+        # include path, as in the builds here.
+        sources = build_dir / "sources"
+        sources.mkdir(exist_ok=True)
+        files = []
+        for name, file in zip(source_unit_names(spec), spec.source_files()):
+            (sources / name).write_text(file.text)
+            files.append(GeneratedFile(sources / name, _line_origins([_Chunk(file.text, file)])))
+        folders = sorted({str(Path(p).parent) for p in spec.source_paths})
+        call = dict(common, function="load", sources=[str(f.path) for f in files],
+                    extra_include_paths=folders + spec.extra_include_paths)
+    else:
+        cpp, cuda = load_inline_sources(spec)
+        files = [GeneratedFile(build_dir / "main.cpp", _line_origins(cpp)),
+                 GeneratedFile(build_dir / "cuda.cu", _line_origins(cuda))]
+        call = dict(common, function="load_inline", cpp_sources=spec.cpp_sources,
+                    cuda_sources=spec.cuda_sources or None, functions=spec.functions,
+                    extra_include_paths=spec.extra_include_paths, no_implicit_headers=spec.no_implicit_headers,
+                    with_pytorch_error_handling=spec.with_pytorch_error_handling)
+    script = ("import json, os, sys\n"
+              "from torch.utils import cpp_extension as ce\n"
+              "from dice_copilot.validator.compile import _drop_missing_libraries\n"
+              "prepare = ce._prepare_ldflags\n"
+              "ce._prepare_ldflags = lambda *a, **k: _drop_missing_libraries(prepare(*a, **k))\n"
+              "ce._import_module_from_library = lambda name, path, is_module: os.path.join(path, name + '.so')\n"
+              "kw = json.loads(sys.stdin.read())\n"
+              "print('DICE_OK', getattr(ce, kw.pop('function'))(**kw))\n")
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=arch.removeprefix("sm_")[:-1] + "." + arch[-1],
                CUDA_HOME=os.environ.get("CUDA_HOME", cuda_home()))
     proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     try:
-        out, _ = proc.communicate(json.dumps(kwargs), timeout=timeout_s)
+        out, _ = proc.communicate(json.dumps(call), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return BuildResult(False, spec.name, None, "timeout", time.monotonic() - start, timed_out=True,
                            strategy="kernelbench")
     match = re.search(r"DICE_OK (\S+)", out)
-    return BuildResult(proc.returncode == 0 and match is not None, spec.name, match.group(1) if match else None,
-                       out, time.monotonic() - start, strategy="kernelbench")
+    ok = proc.returncode == 0 and match is not None
+    return BuildResult(ok, spec.name, match.group(1) if match else None, out, time.monotonic() - start,
+                       strategy="kernelbench", diagnostics=[] if ok else map_diagnostics(out, files))
 
 

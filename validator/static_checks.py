@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from .kernel_split import GLOBAL_KERNEL
+from .problem import SOURCE_SUFFIXES
 
 POLICIES = ("ide", "strict")
 
 # Every Finding.code, with what it guards against (#N: cheat N of docs/validator.md#cheat-list).
 FINDING_CODES = {
     "syntax_error": "the module does not parse",
-    "no_model_new": "strict: no `class ModelNew` with a forward",
+    "no_model_new": "no `class ModelNew` (an empty file too); strict: none with a forward",
     "reference_reuse": "ModelNew subclasses, instantiates, imports or copies the reference (#3)",
     "try_except_fallback": "try/except or suppress around the kernel path: silent fallback (#2)",
     "dynamic_code": "exec/eval/compile/__import__/importlib: code the checks cannot see (#22)",
@@ -62,8 +63,10 @@ class Finding:
     severity: str  # "error" | "flag"
 
 
-def check_static(candidate_source: str, policy: str, reference_source: str | None = None) -> list[Finding]:
-    """Check a candidate `ModelNew` module (or, when it is not Python, a bare .cu/.cuh translation unit).
+def check_static(candidate_source: str, policy: str, reference_source: str | None = None,
+                 cuda_file: bool = False) -> list[Finding]:
+    """Check a candidate `ModelNew` module, or a bare .cu/.cuh translation unit: `cuda_file`, or a text that is not
+    Python and looks like CUDA.
 
     `reference_source`, when given, names the reference classes the candidate must not reuse and tells whether
     the task is fp32 (precision-downgrade flags apply only then). Findings are sorted by line.
@@ -72,20 +75,23 @@ def check_static(candidate_source: str, policy: str, reference_source: str | Non
         raise ValueError(f"unknown validation policy {policy!r}: use one of {', '.join(POLICIES)}")
     report = _Report()
     fp32_task = reference_source is None or not _LOW_PRECISION_REFERENCE.search(reference_source)
-    try:
-        tree = ast.parse(candidate_source)
-    except SyntaxError as error:
-        if _looks_like_cuda(candidate_source):
-            scanner = _CudaScanner(report, policy, fp32_task)
-            scanner.scan([_CodeText(candidate_source, candidate_source, 1)])
-            scanner.finish_standalone()
-            return report.sorted()
-        report.error(
-            "syntax_error",
-            error.lineno,
-            f"Python syntax error: {error.msg}",
-            "fix the syntax so the module can be parsed (the candidate must be a complete Python module)",
-        )
+    tree = None  # a .cu file is never read as Python (one of preprocessor lines only would parse: comments)
+    if not cuda_file:
+        try:
+            tree = ast.parse(candidate_source)
+        except SyntaxError as error:
+            if not _looks_like_cuda(candidate_source):
+                report.error(
+                    "syntax_error",
+                    error.lineno,
+                    f"Python syntax error: {error.msg}",
+                    "fix the syntax so the module can be parsed (the candidate must be a complete Python module)",
+                )
+                return report.sorted()
+    if tree is None:
+        scanner = _CudaScanner(report, policy, fp32_task)
+        scanner.scan([_CodeText(candidate_source, candidate_source, 1)])
+        scanner.finish_standalone()
         return report.sorted()
     _PythonChecker(tree, candidate_source, policy, reference_source, fp32_task, report).run()
     return report.sorted()
@@ -168,7 +174,6 @@ _PATH_ONLY_METHODS = {"read_text", "write_text", "read_bytes", "write_bytes", "t
 _PATH_IO_METHODS = {"open", "rename", "replace", "rmdir", "mkdir"}
 _DATA_FILE_CALLS = {"torch.save", "torch.load", "numpy.save", "numpy.load", "numpy.savez", "numpy.savetxt",
                     "numpy.loadtxt", "numpy.fromfile", "numpy.memmap", "torch.from_file", "cupy.load", "cupy.save"}
-_SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".inl", ".ptx")
 _GLOBAL_STATE_PREFIXES = ("torch.set_", "torch.use_deterministic_algorithms", "torch.cuda.set_", "torch._C._set",
                           "torch.cuda.memory.set_", "torch.cuda.memory._set")
 _BACKEND_STATE_CALLS = {"flags", "sdp_kernel", "enable_flash_sdp", "enable_math_sdp", "enable_mem_efficient_sdp",
@@ -686,10 +691,12 @@ class _PythonChecker:
                     "reference_reuse", assigned[0].lineno,
                     "`ModelNew` is bound to an existing class instead of being defined",
                     "define `class ModelNew(nn.Module)` whose forward launches your kernel")
-            elif self.strict:
+            else:  # nothing to run against the reference, in either policy
+                what = "the candidate file is empty" if not self.source.strip() else "the candidate defines none"
                 self.report.error(
-                    "no_model_new", None, "the candidate defines no `class ModelNew`",
-                    "define `class ModelNew(nn.Module)` with the reference's constructor and forward signature")
+                    "no_model_new", None, f"no class ModelNew: {what}",
+                    "the candidate must define `class ModelNew(nn.Module)` at the top level, with the reference's "
+                    "constructor and forward signature, whose forward runs your kernel")
             return
         for base in self.model_new.bases:
             base_name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else None
@@ -828,7 +835,7 @@ class _PythonChecker:
 
     def _names_source_file(self, node: ast.AST, depth: int = 0) -> bool:
         for text in _string_constants(node):
-            if text.lower().endswith(_SOURCE_SUFFIXES):
+            if text.lower().endswith(SOURCE_SUFFIXES):
                 return True
         if depth < 3:
             for child in ast.walk(node):
