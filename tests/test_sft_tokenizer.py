@@ -1,7 +1,9 @@
 """Tokenizer training: byte-level BPE with the DICE special tokens, readable by AutoTokenizer and DiceTokenizer."""
 
+import json
+
 import pytest
-from sft_helpers import kernel_source, make_tokenizer, prompt_for
+from sft_helpers import kernel_source, make_tokenizer, prompt_for, write_jsonl
 
 from dice_copilot.cli import main as cli_main
 from dice_copilot.trainer.sft import load_tokenizer_dir
@@ -73,3 +75,34 @@ def test_cli_trains_from_files_and_folders(tmp_path, capsys):
     assert cli_main(["train", "tokenizer", "--corpus", str(tmp_path / "nope"), "--vocab-size", "300",
                      "--out", str(out)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_reads_jsonl_samples_by_their_text_fields(tmp_path, capsys):
+    names = ["relu", "square", "negate", "scale"]
+    samples = [{"text": kernel_source(n)} for n in names]
+    samples += [{"prompt": prompt_for(n), "response": kernel_source(n)} for n in names]
+    samples += [{"messages": [{"role": "user", "content": f"Write the CUDA {n} kernel."},
+                              {"role": "assistant", "content": kernel_source(n)}]} for n in names]
+    corpus = write_jsonl(tmp_path / "samples.jsonl", samples * 5)
+    out = tmp_path / "tok"
+    assert cli_main(["train", "tokenizer", "--corpus", str(corpus), "--vocab-size", "400", "--out", str(out)]) == 0
+    assert "1 file(s)" in capsys.readouterr().out
+    vocab = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    merged = [token for token, i in vocab.items() if i >= len(SPECIAL_TOKENS) and len(token) > 1]
+    # Raw JSON text would teach merges of its syntax: escaped newlines (a backslash), quoted keys; and the chat markup
+    # would teach pieces of the special tokens, which encoding matches whole.
+    assert not [t for t in merged if "\\" in t or '"' in t or "<|" in t or "|>" in t]
+    assert len(load_tokenizer_dir(out).encode(kernel_source("relu"))) < len(kernel_source("relu").encode()) / 2
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"pytorch_code": "x", "cuda_code": "y"}', "needs 'prompt' + 'response', 'messages' or 'text'"),
+    ("not json", "not valid JSON"),
+])
+def test_cli_rejects_jsonl_without_text_fields(tmp_path, capsys, line, message):
+    corpus = tmp_path / "pairs.jsonl"
+    corpus.write_text(line + "\n")
+    assert cli_main(["train", "tokenizer", "--corpus", str(corpus), "--vocab-size", "300",
+                     "--out", str(tmp_path / "tok")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and f"{corpus}:1" in err

@@ -9,6 +9,7 @@ regex, byte-level mapping, no prefix space, no BOS. The four special tokens the 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -20,6 +21,8 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 MASK = "<|MASK|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END, MASK)
+# Encoding matches these whole before anything else, so a .jsonl sample's text is split at them for training.
+SPECIAL_TOKEN_SPLIT = re.compile("|".join(re.escape(token) for token in SPECIAL_TOKENS))
 
 # Qwen2's pre-tokenisation regex (splits letters, single digits, punctuation runs and whitespace runs).
 QWEN2_PRETOKENIZE_REGEX = (
@@ -162,12 +165,33 @@ def iter_corpus_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def read_corpus(files: Iterable[Path]) -> Iterator[str]:
-    """Yield each file's text; a file that is not UTF-8 is an error naming the file."""
+    """Yield each file's text, a .jsonl file's record by record (see `jsonl_texts`); a file that is not UTF-8 is an
+    error naming the file."""
     for path in files:
         try:
-            yield path.read_text(encoding="utf-8")
+            if path.suffix.lower() == ".jsonl":
+                yield from jsonl_texts(path)
+            else:
+                yield path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
             raise TokenizerTrainingError(f"corpus file {path} is not UTF-8 text ({err}); remove it or convert it") from err
+
+
+def jsonl_texts(path: Path) -> Iterator[str]:
+    """The text of each record of a .jsonl file of SFT samples (`text`, `prompt` + `response`, or `messages`, read as
+    SFT reads them), not its JSON syntax. The special tokens of the chat markup are left out: the trainer sees the
+    pieces between them, as encoding will."""
+    from .jsonl import json_objects
+    from .sft_data import SFTDataError, render_record
+
+    for where, record in json_objects(path, TokenizerTrainingError):
+        try:
+            prompt, response = render_record(record, where)
+        except SFTDataError as err:
+            raise TokenizerTrainingError(
+                f"{err}; a .jsonl corpus file is read as SFT samples (pass other text as .txt or code files)"
+            ) from None
+        yield from SPECIAL_TOKEN_SPLIT.split(prompt + response)
 
 
 def register_train(train_subparsers) -> None:
@@ -178,11 +202,12 @@ def register_train(train_subparsers) -> None:
         description="Train a byte-level BPE tokenizer with the DICE special tokens and save it in the HF layout.",
     )
     parser.add_argument("--corpus", nargs="+", required=True, metavar="PATH",
-                        help="text files, or folders whose code/text files are read")
+                        help="text or code files, .jsonl files of SFT samples (their text fields are read), or "
+                             "folders of such files")
     parser.add_argument("--vocab-size", type=int, required=True, metavar="N",
                         help=f"vocabulary size including the special tokens (>= {MIN_VOCAB_SIZE})")
     parser.add_argument("--min-frequency", type=int, default=2, metavar="K",
-                        help="merge only pairs seen at least K times (default 2)")
+                        help="merge only pairs seen at least K times")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder to write the tokenizer files into")
     parser.set_defaults(run=_run_train_tokenizer)
 
