@@ -1,7 +1,8 @@
 """The decoding choices a caller makes (strategy, confidence threshold, sampling) and their defaults, defined once.
 
 Torch-free, so that command-line parsers and editor settings check them without importing torch. The rules these
-choices select are written out in docs/decoding.md; the engine that applies them is model/engine.py.
+choices select are written out in docs/decoding.md#commit-rule and docs/decoding.md#sampling-and-confidence;
+the engine that applies them is model/engine.py.
 """
 
 from dataclasses import dataclass

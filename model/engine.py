@@ -1,10 +1,11 @@
 """BlockDiffusionEngine: block-wise parallel decoding of a DICE/SDAR model over a static KV cache.
 
-The decoding rules (blocks, denoising passes, the commit strategies, stops) are written out in docs/decoding.md
-("Decoding"). This file reads top-down: the engine; the ContinuousBatcher that every generate() call drives; the
-batcher's device state (SlotBuffers); the ForwardRunner that runs one denoising pass (on a GPU, replays it as a CUDA
-graph); then the pass's own arithmetic: sampling, the row bookkeeping and the commit rule. How many rows × positions
-fit in memory is memory_plan's question; the caller's decoding choices and their defaults are in decoding.
+The decoding rules (blocks, denoising passes, the commit strategies, stops) are written out in
+docs/decoding.md#decoding. This file reads top-down: the engine; the ContinuousBatcher that every generate() call
+drives; the batcher's device state (SlotBuffers); the ForwardRunner that runs one denoising pass (on a GPU, replays
+it as a CUDA graph); then the pass's own arithmetic: sampling, the row bookkeeping and the commit rule. How many
+rows × positions fit in memory is memory_plan's question; the caller's decoding choices and their defaults are in
+decoding.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ DEFAULT_MAX_LENGTH = 8192
 
 
 class BlockDiffusionEngine:
-    """Decodes many prompts × n candidates at once with a block-diffusion model. One generate() call:
+    """Decodes many prompts × n candidates at once with a block-diffusion model (the rules:
+    docs/decoding.md#decoding). One generate() call:
 
     1. prompt: every (prompt, candidate) row takes a slot of one static KV cache (a ContinuousBatcher with a slot
        per row); the prompt's whole blocks are prefilled once, block-causally. Blocks are aligned to absolute
@@ -219,7 +221,7 @@ class BlockUpdate:
 
 class ContinuousBatcher:
     """Decodes a stream of requests through a fixed number of row slots of one static KV cache; sequences join
-    and leave between blocks (docs/decoding.md, "Continuous batching").
+    and leave between blocks (docs/decoding.md#continuous-batching).
 
     - submit(prompt, max_new_tokens, stop, on_block) queues a request and returns its id (0, 1, ... per batcher);
     - step() frees the slots of cancelled requests, prefills waiting requests into free slots (batched), runs one
@@ -737,8 +739,8 @@ class ForwardRunner:
 
 
 def masked_logits(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """[B, size, V] logits as float rows [B*size, V] that cannot choose the mask token (committing it would leave
-    the position masked)."""
+    """Logits [..., V] as float rows [N, V] that cannot choose the mask token (committing it would leave the
+    position masked). The RL trainer's log-probabilities exclude it through this function too (rl_trace)."""
     logits = logits.float()
     logits[..., mask_id] = float("-inf")
     return logits.reshape(-1, logits.shape[-1])

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dice_copilot.model.engine import masked_logits
+
 from .sft_loss import CLEAN
 
 # Segment of the padding that fills a short row up to the batch's width (a segment of its own: never seen by the
@@ -170,10 +172,10 @@ def collate_trace_rows(rows: Sequence[TraceRow], pad_id: int, width_multiple: in
 
 def policy_logprobs(model, batch: TraceBatch, attn_mask, temperature: float, mask_id: int) -> torch.Tensor:
     """Log-probability [T] of each target token under the distribution the engine samples from: logits / temperature
-    with the mask token excluded (top-k / top-p filtering is not applied, as in TraceRL)."""
+    with the mask token excluded by the engine's own masked_logits (top-k / top-p filtering is not applied, as in
+    TraceRL)."""
     logits = model(batch.input_ids, batch.position_ids, attn_mask=attn_mask, logits_slice=batch.targets).float()
-    logits = logits / temperature
-    logits[:, mask_id] = float("-inf")
+    logits = masked_logits(logits / temperature, mask_id)
     return torch.log_softmax(logits, dim=-1).gather(1, batch.target_ids[:, None]).squeeze(1)
 
 
