@@ -2,16 +2,16 @@
 
 Each kernel is on by default and computes what the plain torch path does (up to rounding); setting its variable to
 0 falls back to that path, e.g. to rule a kernel out when a result looks wrong on an unusual GPU, or to time what it
-saves (bench/decode.py). The kernel modules take their flag from SWITCHES at import:
+saves (bench/decode.py). The module that reads each flag (from SWITCHES, at import) and what it turns off:
 
-| variable | turns off | read by |
-| --- | --- | --- |
-| DICE_FUSED_ATTENTION | few-query attention as one Triton kernel pair (two matmuls instead) | network |
-| DICE_FUSED_ROTARY_CACHE | QK-norm, rotary and the cache writes as one op (the separate steps instead) | network |
-| DICE_FEW_ROW_LINEAR | the few-row projection kernels for batches of up to 16 token rows (cuBLAS instead) | few_row_linear |
-| DICE_PROJECTION_CHAIN | a layer's projections after attention as one chain kernel (one kernel a projection) | few_row_linear |
-| DICE_PDL | programmatic dependent launch of our kernels and Inductor's | few_row_linear, attention_kernels |
-| DICE_ATTENTION_LAUNCH_NEXT_FIRST | the attention kernels letting the next kernel launch before their own wait | attention_kernels |
+- DICE_FUSED_ATTENTION (network): few-query attention as one Triton kernel pair; off, two matmuls.
+- DICE_FUSED_ROTARY_CACHE (network): QK-norm, rotary and the cache writes as one op; off, the separate steps.
+- DICE_FEW_ROW_LINEAR (few_row_linear): projections of up to 16 token rows as streaming kernels; off, cuBLAS.
+- DICE_PROJECTION_CHAIN (few_row_linear): a layer's projections after attention as one chain kernel; off, one
+  kernel a projection.
+- DICE_PDL (few_row_linear, for every kernel): programmatic dependent launch of our kernels and Inductor's.
+- DICE_ATTENTION_LAUNCH_NEXT_FIRST (attention_kernels): the attention kernels let the next kernel launch before
+  their own wait; off, after it.
 """
 
 import os
