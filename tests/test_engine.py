@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from dice_copilot.model.config import DiceConfig
-from dice_copilot.model.engine import (BlockDiffusionEngine, advance_rows, advance_rows_greedy, choose_commits,
-                                      descending_rank, greedy_tokens, sample_tokens)
+from dice_copilot.model.engine import (GREEDY_CHUNKS, BlockDiffusionEngine, advance_rows, advance_rows_greedy,
+                                      choose_commits, descending_rank, greedy_tokens, sample_tokens)
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import DiceForBlockDiffusion
 
@@ -220,6 +220,20 @@ def test_greedy_tokens_choose_and_score_as_sampling_at_temperature_zero(vocab):
     tokens, confidence = greedy_tokens(logits)
     assert torch.equal(tokens, want_tokens)
     assert tokens[0] == 5 and tokens[2] == 0
-    torch.testing.assert_close(confidence, want_confidence, rtol=1e-5, atol=1e-6)
+    # Both scores are the chosen token's probability p = 1 / sum_i exp(l_i - max) in float32 (unit roundoff u).
+    # Against p of the same logits in float64, each is off by at most: u * D for rounding the exponents' arguments
+    # (D: the farthest finite logit from the max), 2u per exp (one ulp), (n - 1)u per sum of n positive terms in any
+    # order (Higham, "Accuracy and Stability of Numerical Algorithms", §4.2), u per product or reciprocal. torch.softmax
+    # sums all V terms: (V + D + 3)u, 9e-3 at V = 151,936 (its summation order differs between CPUs: 220u on one AMD
+    # EPYC, 435u on another). greedy_tokens sums slices of V / 64 terms, then 64 slice sums rescaled by one exp and
+    # one product each: (V / 64 + 63 + D + 6)u, 1.5e-4 at V = 151,936.
+    u = torch.finfo(torch.float32).eps / 2
+    exact = torch.softmax(logits.double(), -1).gather(-1, want_tokens[:, None]).squeeze(-1)
+    far = torch.where(torch.isfinite(logits), logits.max(-1, keepdim=True).values - logits, 0.0).max().item()
+    slice_terms = -(-vocab // GREEDY_CHUNKS)
+    greedy_bound = (slice_terms + GREEDY_CHUNKS - 1 + far + 6) * u
+    assert ((confidence.double() - exact).abs() <= greedy_bound * exact).all(), (confidence, exact)
+    assert ((want_confidence.double() - exact).abs() <= (vocab + far + 3) * u * exact).all(), (want_confidence, exact)
     compiled = torch.compile(greedy_tokens, dynamic=True)(logits)
     assert torch.equal(compiled[0], want_tokens)
+    assert ((compiled[1].double() - exact).abs() <= greedy_bound * exact).all(), (compiled[1], exact)
