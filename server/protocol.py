@@ -106,7 +106,7 @@ def lsp_converter() -> cattrs.Converter:
     return converter
 
 
-def argument_shape(argument_type: type) -> str:
+def _argument_shape(argument_type: type) -> str:
     """`{uri, className?, position?}`: the fields of a command's argument, optional ones marked."""
     names = [f.name + ("?" if f.default is not MISSING or f.default_factory is not MISSING else "")
              for f in fields(argument_type)]
@@ -114,7 +114,7 @@ def argument_shape(argument_type: type) -> str:
 
 
 def _structure_argument(value: Any, argument_type: type):
-    expected = f"{argument_type.command} takes one object argument {argument_shape(argument_type)}"
+    expected = f"{argument_type.command} takes one object argument {_argument_shape(argument_type)}"
     if not isinstance(value, dict):
         raise TypeError(f"{expected}, got {value!r}")
     try:
@@ -136,18 +136,19 @@ def _objects_only(object_type: type):
     return structure_object
 
 
-def _exactly(kind: type, description: str):
+def _exactly(kind: type):
     """A structure hook that takes a JSON value of `kind` only (a bool is not a number here)."""
 
     def structure(value: Any, _type: type):
         if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
-            raise TypeError(f"expected {description}, got {value!r}")
+            raise TypeError(f"expected {kind.__name__}, got {value!r}")
         return value
 
     return structure
 
 
 def _number(value: Any, _type: type) -> float:
+    """A float field takes any JSON number (an integer too)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"expected a number, got {value!r}")
     return float(value)
@@ -155,7 +156,7 @@ def _number(value: Any, _type: type) -> float:
 
 _STRICT = cattrs.Converter()
 _STRICT.register_structure_hook_factory(lambda t: dataclasses.is_dataclass(t) or attrs.has(t), _objects_only)
-_STRICT.register_structure_hook(str, _exactly(str, "a string"))
-_STRICT.register_structure_hook(bool, _exactly(bool, "a boolean"))
-_STRICT.register_structure_hook(int, _exactly(int, "an integer"))
+_STRICT.register_structure_hook(str, _exactly(str))
+_STRICT.register_structure_hook(bool, _exactly(bool))
+_STRICT.register_structure_hook(int, _exactly(int))
 _STRICT.register_structure_hook(float, _number)

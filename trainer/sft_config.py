@@ -51,7 +51,7 @@ class SFTConfig(TrainingConfig):
     epochs: float = 3.0
     # Stop after this many optimizer steps (overrides `epochs` when set).
     max_steps: int | None = None
-    # A row is a packed row of seq_len tokens.
+    # The batch's rows (per_device_batch_size, grad_accum) are packed rows of seq_len tokens.
     grad_accum: int = 1
     learning_rate: float = 1e-5
     # "constant_with_warmup" (DICE), "cosine" or "linear" decay after warmup.
