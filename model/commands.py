@@ -23,8 +23,9 @@ from .prompts import end_to_end_prompt, extract_first_code, infill_prompt, splic
 
 MODES = ("raw", "e2e", "infill")
 DEFAULT_FILL_MARKER = "<FILL>"
-# A GPU decodes the default length in seconds; a CPU takes minutes for it when other processes compete for its
-# cores, so it gets a shorter default.
+# A by-hand run should answer in seconds: a GPU decodes 1,024 tokens in that time (DICE-1.7B on an H200: ~630 tok/s
+# at batch 1, BENCHMARKS.md), a CPU is far slower (the embedded checkpoint on 2 shared cores: 256 tokens in 1-4 s,
+# 1,024 in 5-14 s), so the CPU default is shorter.
 GPU_DEFAULT_MAX_NEW_TOKENS = 1024
 CPU_DEFAULT_MAX_NEW_TOKENS = 256
 # Below this many parameters a CPU decoding pass is a few microsecond-sized matmuls, cheaper than synchronising
