@@ -21,7 +21,12 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 def tolerance(dtype: torch.dtype, terms: int, scale: float) -> dict:
     """assert_close / allclose arguments for two computations in `dtype` whose longest chain of sums adds `terms`
     terms of magnitude up to `scale` (e.g. the largest value compared)."""
-    return {"atol": 2 * (terms + ELEMENTWISE_STEPS) * unit_roundoff(dtype) * float(scale), "rtol": 0.0}
+    return {"atol": absolute(dtype, terms, scale), "rtol": 0.0}
+
+
+def absolute(dtype: torch.dtype, terms: int, scale: float) -> float:
+    """The same bound as one number (pytest.approx's `abs`)."""
+    return 2 * (terms + ELEMENTWISE_STEPS) * unit_roundoff(dtype) * float(scale)
 
 
 def attention_terms(head_dim: int, keys: int) -> int:

@@ -11,6 +11,8 @@ from dice_copilot.model.engine import (GREEDY_CHUNKS, BlockDiffusionEngine, adva
 from dice_copilot.model.masks import block_causal_mask
 from dice_copilot.model.network import DiceForBlockDiffusion
 
+from float_tolerance import unit_roundoff
+
 STOP = 0  # the tiny preset's eos id
 pytestmark = pytest.mark.usefixtures("single_torch_thread")  # tiny forwards: threads only contend
 
@@ -227,7 +229,7 @@ def test_greedy_tokens_choose_and_score_as_sampling_at_temperature_zero(vocab):
     # sums all V terms: (V + D + 3)u, 9e-3 at V = 151,936 (its summation order differs between CPUs: 220u on one AMD
     # EPYC, 435u on another). greedy_tokens sums slices of V / 64 terms, then 64 slice sums rescaled by one exp and
     # one product each: (V / 64 + 63 + D + 6)u, 1.5e-4 at V = 151,936.
-    u = torch.finfo(torch.float32).eps / 2
+    u = unit_roundoff(torch.float32)
     exact = torch.softmax(logits.double(), -1).gather(-1, want_tokens[:, None]).squeeze(-1)
     far = torch.where(torch.isfinite(logits), logits.max(-1, keepdim=True).values - logits, 0.0).max().item()
     slice_terms = -(-vocab // GREEDY_CHUNKS)
