@@ -18,15 +18,16 @@ def unit_roundoff(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps / 2
 
 
-def tolerance(dtype: torch.dtype, terms: int, scale: float) -> dict:
+def tolerance(dtype: torch.dtype, terms: int, scale: float, computations: int = 2) -> dict:
     """assert_close / allclose arguments for two computations in `dtype` whose longest chain of sums adds `terms`
-    terms of magnitude up to `scale` (e.g. the largest value compared)."""
-    return {"atol": absolute(dtype, terms, scale), "rtol": 0.0}
+    terms of magnitude up to `scale` (e.g. the largest value compared); `computations=1` for one against a reference
+    of much higher precision."""
+    return {"atol": absolute(dtype, terms, scale, computations), "rtol": 0.0}
 
 
-def absolute(dtype: torch.dtype, terms: int, scale: float) -> float:
+def absolute(dtype: torch.dtype, terms: int, scale: float, computations: int = 2) -> float:
     """The same bound as one number (pytest.approx's `abs`)."""
-    return 2 * (terms + ELEMENTWISE_STEPS) * unit_roundoff(dtype) * float(scale)
+    return computations * (terms + ELEMENTWISE_STEPS) * unit_roundoff(dtype) * float(scale)
 
 
 def attention_terms(head_dim: int, keys: int) -> int:
@@ -48,3 +49,14 @@ def logprob_terms(config, keys: int) -> int:
     """Log-probabilities of those logits: the chosen logit's chain and the log-sum-exp's (whose terms come from the
     same chain), plus the sum over the vocabulary."""
     return 2 * forward_terms(config, keys) + config.vocab_size
+
+
+# Roundings to a half-precision dtype along one decoder layer whose sums accumulate in float32 (as CPU and GPU matmul
+# kernels do, so each output is rounded once, not each term): the two RMSNorms (2 each), q/k/v, QK-norm (2), rotary
+# with its cos/sin (4), attention (scores, softmax, output), o_proj, two residual adds, gate/up, SiLU and its product,
+# down_proj. Each is a `term` of `tolerance` in that dtype.
+HALF_ROUNDINGS_PER_LAYER = 21
+
+
+def half_forward_roundings(config) -> int:
+    return config.num_hidden_layers * HALF_ROUNDINGS_PER_LAYER + 3  # and the final norm (2) and lm_head

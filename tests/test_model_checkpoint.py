@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from dice_copilot.model import CheckpointError, load, save
 from dice_copilot.model.config import QWEN3_CONFIG_DEFAULTS, DiceConfig
 from dice_copilot.model.masks import causal_mask
-from float_tolerance import forward_terms, tolerance
+from float_tolerance import forward_terms, half_forward_roundings, tolerance
 from model_helpers import VOCAB_SIZE, hf_qwen3, positions, save_hf_checkpoint, save_sdar_layout
 
 INPUT_IDS = torch.randint(0, VOCAB_SIZE, (2, 13), generator=torch.Generator().manual_seed(1))
@@ -71,10 +71,13 @@ def test_half_precision_checkpoint_loads_in_its_dtype(hf_model, tmp_path, dtype)
     model, _ = load(folder)
     assert {p.dtype for p in model.parameters()} == {dtype}
     assert model.config.torch_dtype == {torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
-    # fp32 on request, from the same half-precision files.
+    # fp32 on request, from the same half-precision files: the same weights, exactly.
     model32, _ = load(folder, dtype="fp32")
     assert {p.dtype for p in model32.parameters()} == {torch.float32}
-    torch.testing.assert_close(our_causal_logits(model), our_causal_logits(model32), atol=0.1, rtol=0.05)
+    assert all(torch.equal(p32, p.float()) for p32, p in zip(model32.parameters(), model.parameters()))
+    want = our_causal_logits(model32)
+    close = tolerance(dtype, half_forward_roundings(model.config), want.abs().max(), computations=1)
+    torch.testing.assert_close(our_causal_logits(model), want, **close)
 
 
 def test_save_then_load_round_trip_in_sharded_sdar_layout(hf_folder, tmp_path):
