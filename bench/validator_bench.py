@@ -6,11 +6,16 @@ each candidate's CUDA source includes torch/extension.h, as the DICE prompt's ex
     python bench/validator_bench.py --out results.json                 # everything (about 10 min on an H200 box)
     python bench/validator_bench.py --parts ours,batch --out a.json    # split into shorter runs
     python bench/validator_bench.py --parts kernelbench --kb-problems 3 --merge a.json --out b.json
+    python bench/validator_bench.py --parts large --out large.json     # inputs of real benchmark sizes (GiBs)
+
+The `large` part (not run by default) validates candidates whose inputs have the sizes of real benchmark problems
+and prints each verdict's time split by stage and by the worker's phases, cold (fresh worker) and warm.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -23,6 +28,7 @@ import time
 from pathlib import Path
 
 from dice_copilot.validator import Budget, Candidate, Problem, ValidatorPool
+from dice_copilot.validator import worker as worker_module
 from dice_copilot.validator.compile import CompileConfig, resolve_arch, usable_cpus
 
 PROBLEMS = Path(__file__).resolve().parent / "validator_problems"
@@ -203,6 +209,94 @@ def run_batch(pool, problems, results, size: int):
     results["batch"] = out
 
 
+# Inputs of the sizes real benchmark problems have, with this folder's candidates for those operators: a
+# 16384 x 16384 fp32 elementwise op (1 GiB in, 1 GiB out) and an 8192^3 fp32 GEMM (256 MiB a matrix; rand inputs, as
+# the fp32 tolerance needs for a K of 8192: sums of signed products that long round differently in any two orders).
+LARGE_CASES = {
+    "relu_16384x16384": ("relu", "[torch.randn(16384, 16384)]"),
+    "matmul_8192": ("matmul", "[torch.rand(8192, 8192), torch.rand(8192, 8192)]"),
+}
+
+
+def large_reference(folder: str, inputs: str) -> str:
+    """The folder's reference with get_inputs() returning `inputs`."""
+    text = (PROBLEMS / folder / "reference.py").read_text()
+    replaced, count = re.subn(r"def get_inputs\(\):\n    return .*\n", f"def get_inputs():\n    return {inputs}\n", text)
+    assert count == 1, f"{folder}/reference.py: no one-line get_inputs() to resize"
+    return replaced
+
+
+@contextlib.contextmanager
+def phase_clock(log: list):
+    """Records (time, phase) of every phase a worker announces while in effect (the pool itself passes no
+    listener): the harness announces each phase as it starts, so a phase lasts until the next one or the result."""
+    original = worker_module.WorkerProcess.run_job
+
+    def run_job(self, job, total_timeout_s, on_event=None):
+        def record(message):
+            log.append((time.monotonic(), message["phase"]))
+            if on_event:
+                on_event(message)
+        log.append((time.monotonic(), "worker start + job sent"))
+        try:
+            return original(self, job, total_timeout_s, on_event=record)
+        finally:
+            log.append((time.monotonic(), None))
+
+    worker_module.WorkerProcess.run_job = run_job
+    try:
+        yield
+    finally:
+        worker_module.WorkerProcess.run_job = original
+
+
+def phase_seconds(log: list) -> dict:
+    """Seconds per phase, the correctness trials summed into one entry."""
+    totals: dict = {}
+    for (start, phase), (end, _) in zip(log, log[1:]):
+        if phase is None:
+            continue
+        name = "correctness trials" if phase.startswith("correctness trial") else phase
+        totals[name] = totals.get(name, 0.0) + end - start
+    return {name: round(seconds, 3) for name, seconds in totals.items()}
+
+
+def run_large(config, results):
+    """Each large case cold (a pool whose worker starts for it; the build is compiled unless the cache has it) and
+    warm (same pool again), with timing on, as a benchmark verdict runs."""
+    rows = []
+    for case, (folder, inputs) in LARGE_CASES.items():
+        problem = Problem.from_source(large_reference(folder, inputs), path=f"{case}.py")
+        candidate = PROBLEMS / folder / "candidate.py"
+        with ValidatorPool(compile_config=config, warm=False) as pool:
+            for kind in ("cold", "warm"):
+                log: list = []
+                with phase_clock(log):
+                    verdict, total = timed_validate(pool, problem, Candidate.from_file(candidate), Budget())
+                times = verdict.stage_times
+                worker = {k: times.get(k, 0.0) for k in ("import", "correct", "attribution", "timed")}
+                row = {"case": case, "kind": kind, "passed": verdict.passed, "failure": verdict.failure,
+                       "total_s": round(total, 3), "static_s": times.get("static"), "compile_s": times.get("compile"),
+                       "gpu_s": times.get("gpu"), "worker_stage_s": worker,
+                       # what the GPU stage spent outside the harness's own stages: the worker process's start
+                       # (torch import, CUDA context, a warm-up verdict) when fresh, and the messages
+                       "worker_start_and_messages_s": (times.get("gpu") or 0.0) - worker["import"] - worker["correct"]
+                       - worker["timed"], "fresh_worker": verdict.details.get("fresh_worker"),
+                       "cached_build": verdict.cached_build, "phases_s": phase_seconds(log),
+                       "timing": {k: vars(v) for k, v in verdict.timing.items()}, "speedup": verdict.speedup}
+                rows.append(row)
+                fmt = lambda v: "-" if v is None else f"{v:.2f}"
+                phases = ", ".join(f"{name} {seconds:.2f}" for name, seconds in
+                                   sorted(row["phases_s"].items(), key=lambda item: -item[1])[:6])
+                print(f"large {case:17s} {kind:4s} {total:6.2f}s passed {verdict.passed}  [static "
+                      f"{fmt(row['static_s'])} + compile {fmt(row['compile_s'])} + worker start/messages "
+                      f"{row['worker_start_and_messages_s']:.2f} + import {worker['import']:.2f} + correctness "
+                      f"{worker['correct']:.2f} (attribution {worker['attribution']:.2f}) + timing "
+                      f"{worker['timed']:.2f}; longest phases: {phases}]"
+                      + (f" {verdict.failure}" if verdict.failure else ""), flush=True)
+    results["large"] = rows
+
+
 def print_table(results):
     ours = {r["problem"]: r for r in results.get("ours", [])}
     kb = {r["problem"]: r for r in results.get("kernelbench", [])}
@@ -235,6 +329,16 @@ def print_table(results):
     for kind, b in results.get("batch", {}).items():
         print(f"batch ({kind} candidates, timing off): {b['verdicts_per_min']:.0f} verdicts/min "
               f"({b['passed']}/{b['n']} passed)")
+    if results.get("large"):
+        print("\n| large case | verdict | total (s) | static | compile | worker start + messages | import | "
+              "correctness (attribution) | timing | passed |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        fmt = lambda v: "-" if v is None else f"{v:.2f}"
+        for r in results["large"]:
+            w = r["worker_stage_s"]
+            print(f"| {r['case']} | {r['kind']} | {r['total_s']:.2f} | {fmt(r['static_s'])} | {fmt(r['compile_s'])} | "
+                  f"{r['worker_start_and_messages_s']:.2f} | {w['import']:.2f} | {w['correct']:.2f} "
+                  f"({w['attribution']:.2f}) | {w['timed']:.2f} | {r['passed']} |")
 
 
 def main() -> int:
@@ -276,6 +380,9 @@ def main() -> int:
             save()
     if "kernelbench" in parts:
         run_kernelbench(problems, results, args.kb_problems)
+        save()
+    if "large" in parts:
+        run_large(CompileConfig(cache_dir=cache), results)
         save()
     print_table(results)
     save()
