@@ -13,9 +13,11 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from dice_copilot.validator.verdict import FailureCode, Outcome, Stage
 
 SCRIPTED_COMPLETIONS_ENV = "DICE_COPILOT_TEST_SCRIPTED_COMPLETIONS"
 
@@ -203,71 +205,73 @@ def import_validator():
     return validator
 
 
-def warm_validator(nvcc: dict | None = None) -> None:
+def warm_validator(compile_config: dict | None = None) -> None:
     """Import the validator and start its pools ahead of the first request (the worker's startup ping)."""
     validator = import_validator()
-    _pool(validator, nvcc or {}, compile_only=False)
-    _pool(validator, nvcc or {}, compile_only=True)
+    _pool(validator, compile_config or {}, compile_only=False)
+    _pool(validator, compile_config or {}, compile_only=True)
 
 
 def validation_request(candidate_sources: list[str], candidate_path: str | None, problem_source: str | None,
                        problem_path: str | None, class_name: str, settings) -> dict:
     """The JSON request the worker understands, built from the server settings: one or several candidates (versions
-    of the same file) against one reference."""
-    validation = settings.validation
+    of the same file) against one reference, the validator's Budget and CompileConfig as JSON, and the environment
+    the worker process must run in (`worker_env`, see worker_environment)."""
+    from dice_copilot.validator.api import Budget, compile_config_job
+    from dice_copilot.validator.compile import CompileConfig, default_cache_dir
+
+    validation, nvcc = settings.validation, settings.nvcc
+    budget = Budget(atol=validation.atol, rtol=validation.rtol, timing=validation.timing,
+                    total_timeout_s=validation.timeoutS, compile_timeout_s=validation.timeoutS)
+    compile_config = CompileConfig(nvcc=str(Path(nvcc.path).expanduser()) if nvcc.path else CompileConfig.nvcc,
+                                   arch=nvcc.arch, cache_dir=_cache_for_flags(default_cache_dir(), nvcc.flags))
     return {
         "candidates": [{"source": source, "path": candidate_path} for source in candidate_sources],
         "problem": None if problem_source is None else {"source": problem_source, "path": problem_path,
                                                         "class_name": class_name},
         "policy": validation.policy,
-        "budget": {"atol": validation.atol, "rtol": validation.rtol, "timing": validation.timing,
-                   "timeout_s": validation.timeoutS},
-        "nvcc": {"path": settings.nvcc.path, "flags": list(settings.nvcc.flags), "arch": settings.nvcc.arch},
+        "budget": asdict(budget),
+        "compile_config": compile_config_job(compile_config),
+        "worker_env": worker_environment(nvcc),
     }
 
 
-def _budget(validator, spec: dict):
-    """The validator's Budget from the server's validation settings."""
-    timeout_s = float(spec.get("timeout_s") or 300.0)
-    return validator.Budget(atol=spec.get("atol"), rtol=spec.get("rtol"), timing=bool(spec.get("timing", True)),
-                            total_timeout_s=timeout_s, compile_timeout_s=timeout_s)
+def worker_environment(nvcc) -> dict[str, str]:
+    """The environment variables the validation worker process starts with, from the nvcc settings. The toolkit is a
+    property of the whole process: torch reads CUDA_HOME once, when torch.utils.cpp_extension is imported, and nvcc
+    reads NVCC_APPEND_FLAGS on every run; so they are set when the worker starts (the server restarts the worker
+    when they change), never written into a running process."""
+    env = {}
+    if nvcc.path:
+        binary = Path(nvcc.path).expanduser().resolve()
+        env["CUDA_HOME"] = str(binary.parent.parent)
+        env["PATH"] = str(binary.parent) + os.pathsep + os.environ.get("PATH", "")
+    if nvcc.flags:
+        env["NVCC_APPEND_FLAGS"] = " ".join(nvcc.flags)
+    return env
+
+
+def _cache_for_flags(cache_dir: Path, flags: tuple[str, ...]) -> Path:
+    """A build cache of their own for extra nvcc flags: they reach nvcc through NVCC_APPEND_FLAGS, which the cache
+    keys do not see."""
+    if not flags:
+        return cache_dir
+    return cache_dir / f"nvcc-flags-{hashlib.sha256(' '.join(flags).encode()).hexdigest()[:12]}"
 
 
 _pools: dict[tuple, Any] = {}
 
 
-def _pool(validator, nvcc: dict, compile_only: bool):
-    """A warm ValidatorPool per nvcc configuration; `compile_only` pools have no GPU (used when there is no
-    reference module to check against). nvcc settings reach the validator's compiler through the environment it
-    reads: PATH / CUDA_HOME for the compiler, DICE_COPILOT_CUDA_ARCH for the arch, NVCC_APPEND_FLAGS for extra
-    flags (with a build cache of their own, since the cache key does not see them)."""
-    key = (nvcc.get("path"), nvcc.get("arch"), tuple(nvcc.get("flags") or ()))
+def _pool(validator, compile_config: dict, compile_only: bool):
+    """A warm ValidatorPool per CompileConfig (its JSON form); `compile_only` pools have no GPU (used when there is no
+    reference module to check against)."""
+    key = json.dumps(compile_config, sort_keys=True)
     if (key, compile_only) in _pools:
         return _pools[(key, compile_only)]
     for stale in [k for k in _pools if k[0] != key]:
         _pools.pop(stale).shutdown()
-    path, arch, flags = key
-    if path:
-        binary = Path(path).expanduser().resolve()
-        os.environ["PATH"] = str(binary.parent) + os.pathsep + os.environ.get("PATH", "")
-        os.environ["CUDA_HOME"] = str(binary.parent.parent)
-    if arch:
-        os.environ["DICE_COPILOT_CUDA_ARCH"] = arch
-    else:
-        os.environ.pop("DICE_COPILOT_CUDA_ARCH", None)
-    base_cache = os.environ.setdefault("DICE_COPILOT_CACHE_BASE", os.environ.get("DICE_COPILOT_CACHE", ""))
-    if flags:
-        os.environ["NVCC_APPEND_FLAGS"] = " ".join(flags)
-        digest = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12]
-        root = Path(base_cache) if base_cache else Path.home() / ".cache" / "dice-copilot" / "build"
-        os.environ["DICE_COPILOT_CACHE"] = str(root / f"nvcc-flags-{digest}")
-    else:
-        os.environ.pop("NVCC_APPEND_FLAGS", None)
-        if base_cache:
-            os.environ["DICE_COPILOT_CACHE"] = base_cache
-        else:
-            os.environ.pop("DICE_COPILOT_CACHE", None)
-    pool = validator.ValidatorPool(gpus=[] if compile_only else None)
+    pool = validator.ValidatorPool(gpus=[] if compile_only else None,
+                                   compile_config=validator.CompileConfig(**compile_config))
     _pools[(key, compile_only)] = pool
     return pool
 
@@ -287,18 +291,19 @@ def run_validation(request: dict) -> list[dict]:
             candidates.append(validator.Candidate.from_source(candidate_spec["source"],
                                                               path=candidate_spec.get("path")))
         except validator.InputError as error:
-            candidates.append(validator.Verdict(failure=str(error), failure_code="bad_input"))
+            candidates.append(validator.Verdict(failure=str(error), failure_code=FailureCode.BAD_INPUT))
     spec = request.get("problem")
     if spec:
         problem = validator.Problem.from_source(spec["source"], path=spec.get("path"),
                                                 class_name=spec.get("class_name") or "Model")
     else:
         problem = validator.Problem("")
-    pool = _pool(validator, request.get("nvcc") or {}, compile_only=not spec)
+    # The request's dataclasses as JSON; absent ones are the dataclasses' defaults.
+    pool = _pool(validator, request.get("compile_config", {}), compile_only=not spec)
     readable = [candidate for candidate in candidates if isinstance(candidate, validator.Candidate)]
     checked = iter(pool.validate_many([(problem, candidate) for candidate in readable],
                                       policy=request.get("policy", "ide"),
-                                      budget=_budget(validator, request.get("budget") or {})) if readable else [])
+                                      budget=validator.Budget(**request.get("budget", {}))) if readable else [])
     verdicts = [next(checked) if isinstance(candidate, validator.Candidate) else candidate for candidate in candidates]
     encoded = [json.loads(verdict.to_json()) for verdict in verdicts]
     for verdict in encoded:
@@ -309,7 +314,8 @@ def run_validation(request: dict) -> list[dict]:
 
 @dataclass(frozen=True)
 class VerdictSummary:
-    """What the server needs from a verdict, read from its JSON form."""
+    """What the server needs from a verdict, read from its JSON form (validator/verdict.py: `stage` ran last,
+    `failed_stage` did not pass, `outcome` passed / failed / not_checked)."""
 
     passed: bool
     stage: str | None
@@ -320,37 +326,55 @@ class VerdictSummary:
     max_abs_error: float | None
     diagnostics: tuple[dict, ...]
     not_run: str | None = None  # why a compile-only verdict ran nothing (no CUDA device, no reference, ...)
+    failed_stage: str | None = None
+    outcome: str | None = None  # None: a verdict without one (a worker failure, an accepted item's wire form)
 
     @classmethod
     def from_json(cls, verdict: dict) -> "VerdictSummary":
+        """From the validator's JSON; a verdict this machine could not check has the fix in the editor's terms
+        (settings, the server's Python) appended to its failure."""
         errors = verdict.get("max_abs_error")
         if isinstance(errors, (list, tuple)):
             numbers = [value for value in errors if isinstance(value, (int, float))]
             errors = max(numbers) if numbers else None
-        return cls(bool(verdict.get("passed")), verdict.get("stage"), bool(verdict.get("compile_only")),
-                   verdict.get("failure"), verdict.get("failure_code"), verdict.get("speedup"), errors,
-                   tuple(verdict.get("diagnostics") or ()), (verdict.get("details") or {}).get("not_run"))
+        failure = verdict.get("failure")
+        fix = (verdict.get("details") or {}).get("environment", {}).get("fix_editor")
+        if verdict.get("outcome") == Outcome.NOT_CHECKED and fix:
+            failure = f"{failure}. Fix: {fix}"
+        return cls(bool(verdict.get("passed")), verdict.get("stage"), bool(verdict.get("compile_only")), failure,
+                   verdict.get("failure_code"), verdict.get("speedup"), errors,
+                   tuple(verdict.get("diagnostics") or ()), (verdict.get("details") or {}).get("not_run"),
+                   verdict.get("failed_stage"), verdict.get("outcome"))
 
     @classmethod
     def worker_failure(cls, message: str) -> "VerdictSummary":
-        return cls(False, None, False, message, "crash", None, None, ())
+        return cls(False, None, False, message, FailureCode.VALIDATOR_ERROR, None, None, (),
+                   outcome=Outcome.NOT_CHECKED)
+
+    @property
+    def not_checked(self) -> bool:
+        """This machine could not check the candidate (a missing toolkit piece, a validator fault)."""
+        return self.outcome == Outcome.NOT_CHECKED
 
     @property
     def correct(self) -> bool:
         """Numerically checked against the reference (not just compiled)."""
-        return self.passed and self.stage in ("correct", "timed")
+        return self.passed and self.stage in (Stage.CORRECT, Stage.TIMED)
 
     def rank_key(self) -> tuple:
         """Sort key: correct first, then faster."""
         return (not self.correct, -(self.speedup or 0.0))
 
     def to_wire(self) -> dict:
-        return {"passed": self.passed, "stage": self.stage, "compileOnly": self.compile_only,
-                "speedup": self.speedup, "maxAbsError": self.max_abs_error, "failure": self.failure,
-                "failureCode": self.failure_code, "notRun": self.not_run}
+        return {"passed": self.passed, "stage": self.stage, "failedStage": self.failed_stage,
+                "outcome": self.outcome, "compileOnly": self.compile_only, "speedup": self.speedup,
+                "maxAbsError": self.max_abs_error, "failure": self.failure, "failureCode": self.failure_code,
+                "notRun": self.not_run}
 
     def describe(self) -> str:
         """One line for hovers and logs."""
+        if self.not_checked:
+            return f"? not checked here: {self.failure or self.failure_code}"
         if not self.passed:
             return f"✗ {self.failure or self.failure_code or 'failed'}"
         if self.compile_only:
@@ -361,3 +385,14 @@ class VerdictSummary:
         if self.speedup is not None:
             parts.append(f"{self.speedup:.2f}× vs torch")
         return ", ".join(parts)
+
+
+def failure_reason(verdicts: list[VerdictSummary]) -> str:
+    """The status reason when none of the verdicts passed: `notChecked` when this machine could not check one (no
+    candidate can pass here until that is fixed; its failure says how), `compileError` when one did not compile, else
+    `validationFailed`."""
+    if any(verdict.not_checked for verdict in verdicts):
+        return "notChecked"
+    if any(verdict.failure_code == FailureCode.COMPILE_ERROR for verdict in verdicts):
+        return "compileError"
+    return "validationFailed"

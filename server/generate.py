@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from pygls.exceptions import JsonRpcInvalidParams
 
 from dice_copilot.server import backend
+from dice_copilot.validator.verdict import Stage
 from dice_copilot.server.context import (ModuleClass, ReferenceModule, defines_get_inputs, find_module_classes,
                                          kernel_names, new_kernel_path)
 from dice_copilot.server.jobs import PRIORITY_KERNEL, Job, JobCancelled
@@ -134,21 +135,27 @@ class GenerationService:
             modules.append((index, code))
         target = new_kernel_path(Path(path))
         best: tuple[str, backend.VerdictSummary] | None = None
+        unchecked: backend.VerdictSummary | None = None  # one that this machine could not check
         for position, (index, code) in enumerate(modules, 1):
             count = f"{position}/{len(modules)}"
             server.report_progress(progress, f"compiling {count}")
             verdict = await server.validate_source(job, code, str(target), reference)
-            if verdict.stage in ("correct", "timed"):
+            if verdict.correct:
                 error = "n/a" if verdict.max_abs_error is None else f"{verdict.max_abs_error:.1e}"
                 server.report_progress(progress, f"checking numerics {count} (max err {error})")
-            if verdict.stage == "timed" and verdict.speedup is not None:
+            if verdict.correct and verdict.stage == Stage.TIMED and verdict.speedup is not None:
                 server.report_progress(progress, f"timing {count} ({verdict.speedup:.2f}× vs torch)")
             server.log(f"{job.id}: candidate {index}/{total}: {verdict.describe()}")
             self._update(job, index, total, "passed" if verdict.passed else "failed", verdict, verdict.failure)
             summaries.append({"index": index, **_wire_summary(verdict)})
+            unchecked = unchecked or (verdict if verdict.not_checked else None)
             if verdict.passed and (best is None or verdict.rank_key() < best[1].rank_key()):
                 best = (code, verdict)
         summaries.sort(key=lambda summary: summary["index"])
+        if best is None and unchecked is not None:
+            return {"jobId": job.id, "status": "noValidCandidate", "candidates": summaries,
+                    "message": f"the candidates for {module.name} could not be checked on this machine: "
+                               f"{unchecked.failure}"}
         if best is None:
             return {"jobId": job.id, "status": "noValidCandidate", "candidates": summaries,
                     "message": f"none of {total} candidate(s) for {module.name} passed validation"}
@@ -206,8 +213,7 @@ class GenerationService:
         for name in kernel_names(analysis.regions):
             server.remember_verdict(uri, name, verdict)
         server.send_status("ready", f"validation: {verdict.describe()}", uri=uri,
-                           reason="ok" if verdict.passed else (
-                               "compileError" if verdict.failure_code == "compile_error" else "validationFailed"),
+                           reason="ok" if verdict.passed else backend.failure_reason([verdict]),
                            compile_only=verdict.compile_only)
         return {"uri": uri, "jobId": job.id, "verdict": verdict.to_wire(),
                 "diagnostics": len(verdict.diagnostics)}

@@ -234,12 +234,7 @@ class InfillService:
         passing = sorted((pair for pair in results if pair[1].passed), key=lambda pair: pair[1].rank_key())
         suggestions = tuple(CachedSuggestion(f"{job.id}-{rank}", middle, verdict.to_wire())
                             for rank, (middle, verdict) in enumerate(passing, 1))
-        if suggestions:
-            reason = "ok"
-        elif any(verdict.failure_code == "compile_error" for _, verdict in results):
-            reason = "compileError"
-        else:
-            reason = "validationFailed"
+        reason = "ok" if suggestions else backend.failure_reason([verdict for _, verdict in results])
         return CacheEntry(request.uri, request.prefix, request.suffix, request.params, suggestions, reason,
                           time.monotonic())
 

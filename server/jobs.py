@@ -130,10 +130,13 @@ def kill_process_tree(pid: int) -> list[int]:
 
 class ValidationService:
     """The validation worker process (validation_worker.py) seen from the server: one request at a time; a job's
-    cancellation kills the worker's whole process tree, and the next request starts a fresh worker."""
+    cancellation kills the worker's whole process tree, and the next request starts a fresh worker. The worker runs
+    in the environment its requests name (`worker_env`, backend.worker_environment): a request that names another
+    one restarts it."""
 
     def __init__(self, log: Callable[[str], None]):
         self._process: asyncio.subprocess.Process | None = None
+        self._env: dict[str, str] = {}  # what the running worker was started with, beyond the server's own
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self._log = log
@@ -147,17 +150,21 @@ class ValidationService:
     async def start(self) -> None:
         """Start the worker (and import the validator there) ahead of the first request."""
         async with self._lock:
-            await self._ensure_started()
+            await self._ensure_started({}, None)
 
-    async def _ensure_started(self) -> asyncio.subprocess.Process:
+    async def _ensure_started(self, env: dict[str, str], compile_config: dict | None) -> asyncio.subprocess.Process:
         if self._process is not None and self._process.returncode is None:
-            return self._process
+            if env == self._env:
+                return self._process
+            self._log(f"restarting the validation worker for new nvcc settings ({', '.join(sorted(env)) or 'none'})")
+            kill_process_tree(self._process.pid)
+        self._env = env
         self._process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "dice_copilot.server.validation_worker",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True, limit=64 * 1024 * 1024)
+            start_new_session=True, limit=64 * 1024 * 1024, env={**os.environ, **env})
         self._log(f"validation worker started (pid {self._process.pid})")
-        reply = await self._exchange(self._process, {"ping": True})
+        reply = await self._exchange(self._process, {"ping": True, "compile_config": compile_config})
         if not reply.get("pong"):
             raise RuntimeError(f"validation worker did not start: {reply}")
         return self._process
@@ -175,7 +182,7 @@ class ValidationService:
         (the worker is killed then) and RuntimeError when the worker fails."""
         async with self._lock:
             job.check()
-            process = await self._ensure_started()
+            process = await self._ensure_started(request.get("worker_env", {}), request.get("compile_config"))
             job.check()
 
             def kill() -> None:
@@ -188,7 +195,8 @@ class ValidationService:
             job.kill_hooks.append(kill)
             self.current_job = job.id
             try:
-                reply = await self._exchange(process, {**request, "id": next(self._ids)})
+                message = {key: value for key, value in request.items() if key != "worker_env"}
+                reply = await self._exchange(process, {**message, "id": next(self._ids)})
             except (ConnectionError, BrokenPipeError, ConnectionResetError, json.JSONDecodeError) as error:
                 self._process = None
                 job.check()

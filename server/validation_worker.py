@@ -3,9 +3,10 @@
 It lives in its own session (process group) so the server can kill it together with every compiler and candidate
 process it started when a job is superseded or cancelled; the server then starts a fresh one. Protocol (stdin →
 stdout, one JSON object per line): request `{"id", "problem": {"source", "path", "class_name"} | null,
-"candidates": [{"source", "path"}, ...], "policy", "budget": {...}, "nvcc": {...}}` → response
-`{"id", "verdicts": [{...}, ...]}` (in the candidates' order) or `{"id", "error": "..."}`. A `{"ping": true}`
-request answers `{"pong": true}` once the validator is imported.
+"candidates": [{"source", "path"}, ...], "policy", "budget": {...}, "compile_config": {...}}` (`budget` and
+`compile_config`: the validator's Budget and CompileConfig as JSON) → response `{"id", "verdicts": [{...}, ...]}` (in
+the candidates' order) or `{"id", "error": "..."}`. A `{"ping": true, "compile_config": {...}}` request answers
+`{"pong": true}` once the validator is imported and its pools for that CompileConfig are started.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def main() -> int:
             out.write(json.dumps({"id": None, "error": f"bad request line: {error}"}) + "\n")
             continue
         if request.get("ping"):
-            backend.warm_validator(request.get("nvcc"))
+            backend.warm_validator(request.get("compile_config"))
             out.write(json.dumps({"pong": True}) + "\n")
             continue
         try:

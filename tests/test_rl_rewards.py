@@ -36,12 +36,15 @@ def test_correct_rewards_count_only_kernels_checked_on_a_gpu():
     assert correct.value == pytest.approx(1 + 0.5 * 0.6931, abs=1e-4) and correct.correct and correct.compiled
     compile_only = reward.reward_of(Verdict(stage="compile", passed=True, compile_only=True))
     assert compile_only.value == 0.0 and compile_only.compiled and not compile_only.correct
-    wrong = reward.reward_of(Verdict(stage="compile", failure="output mismatch", failure_code="mismatch"))
-    assert wrong.value == 0.0 and wrong.compiled and not wrong.correct
-    typo = reward.reward_of(Verdict(stage="static", failure="does not compile", failure_code="compile_error"))
-    assert typo.value == 0.0 and not typo.compiled
-    broken = reward.reward_of(Verdict(failure="no toolkit header", failure_code="environment"))
-    assert broken.value == 0.0 and broken.setup_failure
+    wrong = reward.reward_of(Verdict(stage="correct", failed_stage="correct", failure="output mismatch",
+                                     failure_code="incorrect"))
+    assert wrong.value == 0.0 and wrong.compiled and not wrong.correct and not wrong.setup_failure
+    typo = reward.reward_of(Verdict(stage="compile", failed_stage="compile", failure="does not compile",
+                                    failure_code="compile_error"))
+    assert typo.value == 0.0 and not typo.compiled and not typo.setup_failure
+    broken = reward.reward_of(Verdict(stage="compile", failed_stage="compile", failure="no toolkit header",
+                                      failure_code="environment"))
+    assert broken.value == 0.0 and broken.setup_failure and not broken.compiled
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

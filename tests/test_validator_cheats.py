@@ -86,7 +86,8 @@ def test_static_cheat_is_rejected_by_validate_before_compiling(entry):
     from dice_copilot.validator import validate
 
     verdict = validate(PROBLEMS_DIR / entry["problem"], CHEATS_DIR / f"{entry['name']}.py", policy="strict")
-    assert (verdict.passed, verdict.stage, verdict.failure_code) == (False, None, "static")
+    assert (verdict.passed, verdict.stage, verdict.failed_stage, verdict.failure_code) == \
+        (False, "static", "static", "static")
     assert f"'{entry['static_code']}'" in verdict.failure or any(
         f"[{entry['static_code']}]" in d.message for d in verdict.diagnostics)
     assert "compile" not in verdict.stage_times
@@ -103,7 +104,7 @@ def test_cheat_is_rejected_by_validate_on_gpu(entry):
     assert verdict.failure_code in entry["failure_codes"], (
         f"{entry['name']}: failure_code {verdict.failure_code!r} ({verdict.failure}) not in {entry['failure_codes']}")
     if entry["caught"] == "runtime":
-        assert verdict.stage is not None, "a runtime-only cheat must get past the static stage"
+        assert verdict.cleared("static"), "a runtime-only cheat must get past the static stage"
 
 
 @pytest.mark.gpu

@@ -79,7 +79,8 @@ def test_cli_exit_1_and_json_for_a_statically_rejected_candidate(tmp_path, capsy
                                       "    def forward(self, x):\n        return eval('x')\n")
     code = _run_cli(["validate", str(tmp_path / "cand.py"), "--reference", str(tmp_path / "ref.py"), "--json"])
     verdict = json.loads(capsys.readouterr().out)
-    assert code == 1 and verdict["failure_code"] == "static" and verdict["stage"] is None
+    assert code == 1 and verdict["failure_code"] == "static" and verdict["outcome"] == "failed"
+    assert verdict["stage"] == verdict["failed_stage"] == "static"
 
 
 @pytest.fixture(scope="module")

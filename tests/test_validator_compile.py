@@ -69,7 +69,7 @@ def test_kernel_error_inside_python_string_maps_to_file_line(tmp_path):
     start = time.monotonic()
     with _pool(tmp_path) as pool:
         verdict = pool.validate(REFERENCE, Candidate.from_source(broken, path="cand.py"))
-    assert not verdict.passed and verdict.failure_code == "compile_error" and verdict.stage == "static"
+    assert not verdict.passed and verdict.failure_code == "compile_error" and verdict.stage == "compile"
     errors = [d for d in verdict.diagnostics if d.severity == "error"]
     assert errors and errors[0].file == "cand.py" and errors[0].line in (line, line + 1)
     assert "compile error at line" in verdict.summary()
@@ -122,13 +122,14 @@ def test_honest_candidate_gives_compile_only_verdict_and_is_cached(tmp_path):
 
 
 def test_a_header_missing_inside_the_toolkit_is_blamed_on_the_machine_not_the_kernel():
-    from dice_copilot.validator.api import _missing_toolkit_header
+    from dice_copilot.validator.environment import diagnose_build  # the cases in test_validator_environment.py
 
     torch_side = ("/usr/lib/python3/site-packages/torch/include/ATen/cuda/CUDAContextLight.h:7:10: "
                   "fatal error: cusparse.h: No such file or directory")
-    assert _missing_toolkit_header(torch_side) == ("cusparse.h", "ATen/cuda/CUDAContextLight.h")
+    missing = diagnose_build(torch_side)
+    assert (missing.missing, missing.included_by) == ("cusparse.h", "ATen/cuda/CUDAContextLight.h")
     # A header the candidate itself includes is the candidate's error.
-    assert _missing_toolkit_header("/tmp/build/cuda.cu:3:10: fatal error: mine.h: No such file or directory") is None
+    assert diagnose_build("/tmp/build/cuda.cu:3:10: fatal error: mine.h: No such file or directory") is None
 
 
 # ---------------------------------------------------------------- the pool's stream of verdicts

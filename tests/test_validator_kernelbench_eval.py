@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from dice_copilot.validator import eval_commands
+from dice_copilot.validator import Verdict, eval_commands
 from dice_copilot.validator.kernelbench_eval import (
     EvalConfig,
     GeneratedCandidate,
@@ -55,17 +54,6 @@ def make_checkout(root: Path, level: int = 1, names=("Scale", "Double", "Triple"
     return root
 
 
-@dataclass
-class FakeVerdict:
-    stage: str | None
-    passed: bool
-    speedup: float | None = None
-    failure_code: str | None = None
-    failure: str | None = None
-    compile_only: bool = False
-    flags: tuple = ()
-
-
 class FakeGenerator:
     """Answers with a code block naming the problem's factor; records every call."""
 
@@ -79,14 +67,15 @@ class FakeGenerator:
                                    tokens=10 + i, seconds=0.5) for i in range(n)]
 
 
-def fake_validate(problem_path: Path, code: str) -> FakeVerdict:
+def fake_validate(problem_path: Path, code: str) -> Verdict:
     """Problem 1: 2x faster; 2: correct but slower; 3: compile error; 4: incorrect."""
     problem_id = int(problem_path.name.split("_")[0])
     return {
-        1: FakeVerdict("timed", True, speedup=2.0),
-        2: FakeVerdict("timed", True, speedup=0.5),
-        3: FakeVerdict(None, False, failure_code="compile_error", failure="error: expected ';'"),
-        4: FakeVerdict("compile", False, failure_code="incorrect", failure="max abs error 0.3"),
+        1: Verdict("timed", True, speedup=2.0),
+        2: Verdict("timed", True, speedup=0.5),
+        3: Verdict("compile", False, failure_code="compile_error", failure="error: expected ';'",
+                   failed_stage="compile"),
+        4: Verdict("correct", False, failure_code="incorrect", failure="max abs error 0.3", failed_stage="correct"),
     }[problem_id]
 
 
@@ -169,12 +158,19 @@ def test_score_level_scores_sample_zero_and_reports_correct_at_k():
 def test_result_from_verdict_maps_stages(tmp_path):
     problem = list_level_problems(make_checkout(tmp_path), 1)[0]
     generated = GeneratedCandidate(text="", code="x")
-    timed = result_from_verdict(problem, 0, FakeVerdict("timed", True, speedup=1.7), generated, 0.1)
+    timed = result_from_verdict(problem, 0, Verdict("timed", True, speedup=1.7), generated, 0.1)
     assert (timed.compiled, timed.correct, timed.speedup) == (True, True, 1.7)
-    compile_only = result_from_verdict(problem, 0, FakeVerdict("compile", True, compile_only=True), generated, 0.1)
+    compile_only = result_from_verdict(problem, 0, Verdict("compile", True, compile_only=True), generated, 0.1)
     assert (compile_only.compiled, compile_only.correct, compile_only.compile_only) == (True, False, True)
-    wrong = result_from_verdict(problem, 0, FakeVerdict("compile", False, speedup=5.0), generated, 0.1)
+    wrong = result_from_verdict(problem, 0, Verdict("correct", False, speedup=5.0, failure_code="incorrect",
+                                                    failed_stage="correct"), generated, 0.1)
     assert (wrong.compiled, wrong.correct, wrong.speedup) == (True, False, None)
+    broken = result_from_verdict(problem, 0, Verdict("compile", False, failure_code="compile_error",
+                                                     failed_stage="compile"), generated, 0.1)
+    assert (broken.compiled, broken.stage, broken.failure_code) == (False, "compile", "compile_error")
+    unchecked = result_from_verdict(problem, 0, Verdict("compile", False, failure_code="environment",
+                                                        failed_stage="compile"), generated, 0.1)
+    assert not unchecked.compiled and not unchecked.correct
 
 
 # ---- the run ----

@@ -14,12 +14,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dice_copilot.validator.verdict import Outcome, Stage
+
 from .rl_data import RLTask
 
 # A speedup bonus's range in ln(speedup): at most 10x counts (past it, timing hacks are likelier than real wins).
 SPEEDUP_BONUS_RANGE = (-1.0, math.log(10.0))
-# Verdicts that say nothing about the kernel: counted apart, so that a broken set-up is seen, and rewarded 0.
-SETUP_FAILURES = ("environment", "validator_error")
 
 
 @dataclass
@@ -30,7 +30,8 @@ class Reward:
     speedup: float | None = None
     # The verdict's one-line summary, or why no candidate could be built from the completion.
     summary: str = ""
-    # The verdict failed for a reason outside the kernel (see SETUP_FAILURES).
+    # The verdict says nothing about the kernel (this machine could not check it): counted apart, so that a broken
+    # set-up is seen, and rewarded 0.
     setup_failure: bool = False
 
 
@@ -93,11 +94,13 @@ class KernelReward:
         return rewards
 
     def reward_of(self, verdict) -> Reward:
-        # The stage reached: a kernel that compiled and then failed on the GPU still compiled.
-        compiled = verdict.stage in ("compile", "correct", "timed")
-        setup_failure = verdict.failure_code in SETUP_FAILURES
+        # A kernel that compiled and then failed on the GPU still compiled.
+        compiled = verdict.cleared(Stage.COMPILE)
+        setup_failure = verdict.outcome is Outcome.NOT_CHECKED
         if setup_failure:
-            print(f"rl: a verdict failed outside the kernel: {verdict.failure}", file=sys.stderr)
+            fix = verdict.details.get("environment", {}).get("fix_cli")
+            print(f"rl: a verdict failed outside the kernel: {verdict.failure}" + (f"; fix: {fix}" if fix else ""),
+                  file=sys.stderr)
         if self.mode == "compiles":
             value = float(verdict.passed and "partially_compiled" not in verdict.flags)
             return Reward(value, compiled=compiled, summary=verdict.summary(), setup_failure=setup_failure)

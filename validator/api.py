@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import queue
-import re
 import secrets
 import threading
 import time
@@ -14,19 +13,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .compile import CompileConfig, ExtensionBuilder, usable_cpus
+from .environment import diagnose_build
 from .kernel_split import GLOBAL_KERNEL
 from .problem import Candidate, InputError, Problem
-from .verdict import Diagnostic, TimingStats, Verdict
-from .worker import FRESH_WORKER_FAILURES, WorkerError, WorkerProcess
+from .verdict import Diagnostic, FailureCode, Stage, TimingStats, Verdict
+from .worker import FRESH_WORKER_FAILURES, STARTUP_PHASE, WorkerError, WorkerProcess
 
 NO_DEVICE = "not run: no CUDA device"
+NOT_CHECKED_HERE = "this machine cannot check the kernel (not its fault)"
 # A job that waited this long for its worker to come up paid for a process start (an idle worker answers in us).
 FRESH_WORKER_WAIT_S = 0.2
 
 
 @dataclass
 class Budget:
-    """Time limits and rigour of one verdict."""
+    """Time limits and rigour of one verdict. The one definition of every default: the worker's harness rebuilds this
+    dataclass from the job it receives."""
 
     compile_timeout_s: float = 180.0  # per extension build; the compiler process group is killed after it
     call_timeout_s: float = 20.0  # per phase of the GPU checks (3x for trials that run both models)
@@ -44,6 +46,12 @@ class Budget:
     attribution_threshold: float = 0.5  # strict: share of GPU time in the candidate's own kernels
     dtype: str | None = None  # run both models in this dtype ("float16", "bfloat16"); None = as defined
     seed: int | None = None  # None: a fresh secret seed per verdict
+
+    def tolerances(self, half: bool) -> tuple[float, float, float]:
+        """(atol, rtol, rel_l2_tol) for outputs of a half-precision (float16/bfloat16) or a wider dtype: the set
+        values, else KernelBench's (1e-2 for half precision, 1e-4 otherwise)."""
+        default = 1e-2 if half else 1e-4
+        return tuple(default if value is None else value for value in (self.atol, self.rtol, self.rel_l2_tol))
 
 
 def _as_problem(problem) -> Problem:
@@ -172,8 +180,7 @@ class ValidatorPool:
             try:
                 self._static_and_compile(work)
             except Exception as exc:  # noqa: BLE001 - a fault of the validator, not the candidate; the rest goes on
-                work.verdict.passed, work.verdict.failure_code = False, "validator_error"
-                work.verdict.failure = f"internal validator error: {type(exc).__name__}: {exc}"
+                _validator_fault(work.verdict, exc)
                 work.needs_gpu = False
             if work.needs_gpu:
                 threading.Thread(target=gpu_stage, args=(index, work), daemon=True).start()
@@ -216,12 +223,12 @@ class ValidatorPool:
             return _Work(_as_problem(problem), _as_candidate(candidate), policy, budget)
         except InputError as exc:
             work = _Work(Problem(""), Candidate(""), policy, budget)
-            work.verdict = Verdict(failure=str(exc), failure_code="bad_input")
+            work.verdict = Verdict(failure=str(exc), failure_code=FailureCode.BAD_INPUT)
             return work
 
     def _static_and_compile(self, work: _Work) -> None:
         verdict = work.verdict
-        if verdict.failure_code == "bad_input":
+        if verdict.failure_code is FailureCode.BAD_INPUT:
             return
         if not self._static_stage(work):
             return
@@ -229,12 +236,12 @@ class ValidatorPool:
 
     def _static_stage(self, work: _Work) -> bool:
         verdict, candidate = work.verdict, work.candidate
+        verdict.stage = Stage.STATIC
         start = time.monotonic()
         try:
             from .static_checks import check_static
         except ImportError:
             verdict.flags.append("static_checks_unavailable")
-            verdict.stage = "static"
             return True
         # The Python module and, for a .cu candidate, the .cu text itself (its lines are the file's lines).
         sources = [(candidate.source, candidate.path), (candidate.cu_text, candidate.cu_path)]
@@ -250,18 +257,18 @@ class ValidatorPool:
                     verdict.flags.append(finding.code)
                 if severity == "error":
                     errors.append((finding, path))
-        verdict.stage_times["static"] = time.monotonic() - start
+        verdict.stage_times[Stage.STATIC] = time.monotonic() - start
         if errors:
             first, path = errors[0]
             where = f" ({Path(path).name if path else 'line'} {first.line})" if first.line else ""
-            verdict.failure = f"rejected by static check '{first.code}'{where}: {first.message}"
-            verdict.failure_code = "static"
+            verdict.fail(Stage.STATIC, FailureCode.STATIC,
+                         f"rejected by static check '{first.code}'{where}: {first.message}")
             return False
-        verdict.stage = "static"
         return True
 
     def _compile_stage(self, work: _Work) -> None:
         verdict, candidate = work.verdict, work.candidate
+        verdict.stage = Stage.COMPILE
         start = time.monotonic()
         specs = candidate.static_specs
         logs, cached = [], bool(specs)
@@ -276,24 +283,19 @@ class ValidatorPool:
             verdict.diagnostics += [_relocate(d, candidate) for d in result.diagnostics]
             if not result.ok:
                 verdict.compiler_log = "\n".join(logs)
-                verdict.stage_times["compile"] = time.monotonic() - start
+                verdict.stage_times[Stage.COMPILE] = time.monotonic() - start
                 if result.timed_out:
-                    verdict.failure_code = "timeout"
-                    verdict.failure = (f"compilation of extension '{spec.name}' did not finish within "
-                                       f"{work.budget.compile_timeout_s:.0f} s and was killed")
-                elif missing := _missing_toolkit_header(result.log):
-                    header, includer = missing
-                    verdict.failure_code = "environment"
-                    verdict.failure = (f"this machine's CUDA toolkit lacks `{header}`, which `{includer}` includes: "
-                                       f"the kernel could not be checked here (not a fault of the kernel). Install "
-                                       f"the CUDA toolkit's development headers (e.g. the cuda-libraries-dev "
-                                       f"package) or point nvcc.path at a complete toolkit")
+                    verdict.fail(Stage.COMPILE, FailureCode.TIMEOUT,
+                                 f"compilation of extension '{spec.name}' did not finish within "
+                                 f"{work.budget.compile_timeout_s:.0f} s and was killed")
+                elif missing := diagnose_build(result.log):
+                    _cannot_check(verdict, missing)
                 else:
-                    verdict.failure_code = "compile_error"
                     first = next((d for d in verdict.diagnostics if d.severity == "error"), None)
-                    verdict.failure = f"extension '{spec.name}' failed to compile" + (
-                        f": line {first.line}: {first.message}" if first and first.line else
-                        f": {first.message}" if first else "; see the compiler log")
+                    verdict.fail(Stage.COMPILE, FailureCode.COMPILE_ERROR,
+                                 f"extension '{spec.name}' failed to compile" + (
+                                     f": line {first.line}: {first.message}" if first and first.line else
+                                     f": {first.message}" if first else "; see the compiler log"))
                 return
             if result.so_path:
                 work.prebuilt[spec.content_key()] = {"module_name": result.module_name, "so_path": result.so_path}
@@ -301,7 +303,7 @@ class ValidatorPool:
                 work.kernel_names += GLOBAL_KERNEL.findall(text)
         verdict.compiler_log = "\n".join(logs)
         verdict.cached_build = cached
-        verdict.stage_times["compile"] = time.monotonic() - start
+        verdict.stage_times[Stage.COMPILE] = time.monotonic() - start
         if not specs and not candidate.specs_complete:
             verdict.flags.append("extension_built_at_import")
         if not candidate.runnable:
@@ -313,27 +315,26 @@ class ValidatorPool:
             if not candidate.specs_complete:
                 verdict.flags.append("partially_compiled")
             return
-        verdict.stage = "compile"
         work.needs_gpu = True
 
     @staticmethod
     def _compile_only(verdict: Verdict, reason: str) -> None:
-        verdict.stage = "compile"
+        verdict.stage = Stage.COMPILE
         verdict.passed = True
         verdict.compile_only = True
         verdict.details["not_run"] = reason
 
     def _gpu_stage(self, work: _Work) -> None:
         verdict, budget = work.verdict, work.budget
+        verdict.stage = Stage.CORRECT
         job = {
             "problem_source": work.problem.source, "problem_path": work.problem.path,
             "problem_class": work.problem.class_name, "candidate_source": work.candidate.source,
             "candidate_path": work.candidate.path, "candidate_class": work.candidate.class_name,
             "cu_path": work.candidate.cu_path, "cu_text": work.candidate.cu_text, "prebuilt": work.prebuilt,
             "kernel_names": sorted(set(work.kernel_names)), "policy": work.policy, "device": self.device,
-            "budget": asdict(budget), "dtype": budget.dtype,
-            "seed": budget.seed if budget.seed is not None else secrets.randbits(48),
-            "compile_config": {**asdict(self.compile_config), "cache_dir": str(self.compile_config.cache_dir)},
+            "budget": asdict(budget), "seed": budget.seed if budget.seed is not None else secrets.randbits(48),
+            "compile_config": compile_config_job(self.compile_config),
         }
         worker = self._idle.get()
         modules = {entry["module_name"]: entry["so_path"] for entry in work.prebuilt.values()}
@@ -345,12 +346,7 @@ class ValidatorPool:
         try:
             result = worker.run_job(job, budget.total_timeout_s + budget.compile_timeout_s)
         except WorkerError as exc:
-            verdict.failure_code = exc.kind
-            if exc.kind == "timeout":
-                verdict.failure = (f"the candidate did not finish '{exc.phase}' within its time limit (a hang or an "
-                                   f"infinite loop?); its worker was killed and replaced")
-            else:
-                verdict.failure = f"the candidate crashed the worker process: {exc}"
+            _worker_failed(verdict, exc)
             verdict.stage_times["gpu"] = time.monotonic() - start
             self._replace(worker)
             return
@@ -362,7 +358,7 @@ class ValidatorPool:
             try:
                 result = worker.run_job(job, budget.total_timeout_s + budget.compile_timeout_s)
             except WorkerError as exc:
-                verdict.failure_code, verdict.failure = exc.kind, f"the candidate crashed the worker process: {exc}"
+                _worker_failed(verdict, exc)
                 self._replace(worker)
                 return
         if result.get("recycle") or worker.jobs_done >= self.MAX_JOBS_PER_WORKER:
@@ -399,27 +395,61 @@ def _relocate(diagnostic: Diagnostic, candidate: Candidate) -> Diagnostic:
     return diagnostic
 
 
+def compile_config_job(config: CompileConfig) -> dict:
+    """A CompileConfig as JSON (the harness and the server's validation worker rebuild it: CompileConfig(**job))."""
+    return {**asdict(config), "cache_dir": str(config.cache_dir)}
+
+
 def _merge_result(verdict: Verdict, result: dict) -> None:
-    verdict.passed = bool(result.get("passed"))
-    verdict.flags += [f for f in result.get("flags", []) if f not in verdict.flags]
-    verdict.stage_times.update(result.get("stage_times", {}))
-    verdict.details.update(result.get("details", {}))
+    """The harness's outcome (see harness._run_job) into the verdict."""
+    verdict.flags += [f for f in result["flags"] if f not in verdict.flags]
+    verdict.stage_times.update(result["stage_times"])
+    verdict.details.update(result["details"])
     verdict.max_abs_error = result.get("max_abs_error", verdict.max_abs_error)
     verdict.max_rel_error = result.get("max_rel_error", verdict.max_rel_error)
-    if verdict.passed:
-        verdict.stage = result["stage"]
+    if result["passed"]:
+        verdict.passed, verdict.stage = True, Stage(result["stage"])
         verdict.speedup = result.get("speedup")
         verdict.timing = {k: TimingStats(**v) for k, v in result.get("timing", {}).items()}
         if result.get("mean_speedup") is not None:
             verdict.details["mean_speedup"] = result["mean_speedup"]
+        return
+    verdict.fail(Stage(result["stage"]), FailureCode(result["failure_code"]), result["failure"])
+    if result.get("compiler_log"):
+        verdict.compiler_log += result["compiler_log"]
+    verdict.diagnostics += [Diagnostic(**d) for d in result.get("diagnostics", [])]
+    if result.get("traceback"):
+        verdict.details["traceback"] = result["traceback"]
+    if result.get("environment"):
+        verdict.details["environment"] = result["environment"]
+
+
+def _cannot_check(verdict: Verdict, missing) -> None:
+    """A build that failed for want of a piece of this machine (environment.MissingPiece): not the kernel's fault."""
+    verdict.fail(Stage.COMPILE, FailureCode.ENVIRONMENT, f"{NOT_CHECKED_HERE}: {missing.message}")
+    verdict.details["environment"] = missing.to_dict()
+
+
+def _worker_failed(verdict: Verdict, exc: WorkerError) -> None:
+    """A worker that stopped answering: the candidate's fault once its job ran, the machine's while it started."""
+    if exc.phase == STARTUP_PHASE:
+        verdict.fail(Stage.CORRECT, FailureCode.VALIDATOR_ERROR,
+                     f"the worker process could not start, so nothing of the candidate ran: {exc}")
+    elif exc.kind is FailureCode.TIMEOUT:
+        verdict.fail(exc.stage or Stage.CORRECT, FailureCode.TIMEOUT,
+                     f"the candidate did not finish '{exc.phase}' within its time limit (a hang or an infinite "
+                     f"loop?); its worker was killed and replaced")
     else:
-        verdict.failure = result.get("failure")
-        verdict.failure_code = result.get("failure_code")
-        if result.get("compiler_log"):
-            verdict.compiler_log += result["compiler_log"]
-        verdict.diagnostics += [Diagnostic(**d) for d in result.get("diagnostics", [])]
-        if result.get("traceback"):
-            verdict.details["traceback"] = result["traceback"]
+        verdict.fail(exc.stage or Stage.CORRECT, FailureCode.CRASH, f"the candidate crashed the worker process: {exc}")
+
+
+def _validator_fault(verdict: Verdict, exc: Exception) -> None:
+    """An exception of the validator's own (not of the candidate) during the static or compile stage."""
+    if missing := diagnose_build(str(exc)):  # e.g. no nvcc to start at all
+        _cannot_check(verdict, missing)
+    else:
+        verdict.fail(verdict.stage or Stage.STATIC, FailureCode.VALIDATOR_ERROR,
+                     f"internal validator error: {type(exc).__name__}: {exc}")
 
 
 _default_pool: ValidatorPool | None = None
@@ -434,17 +464,6 @@ def default_pool() -> ValidatorPool:
             _default_pool = ValidatorPool()
             atexit.register(_default_pool.shutdown)
         return _default_pool
-
-
-def _missing_toolkit_header(log: str) -> tuple[str, str] | None:
-    """(header, including file) when a header is missing from inside torch's or CUDA's own headers: a broken
-    install (e.g. no cuSPARSE headers for ATen/cuda/CUDAContext.h), not an error in the candidate."""
-    match = re.search(r"^(\S+?/(?:torch/include|cuda[^/]*/(?:targets/[^/]+/)?include)/\S+?):\d+(?::\d+)?: "
-                      r"(?:fatal )?error: (\S+?): No such file or directory", log, re.MULTILINE)
-    if match is None:
-        return None
-    includer = match.group(1).split("/include/", 1)[-1]
-    return match.group(2), includer
 
 
 def validate(problem, candidate, policy: str = "ide", budget: Budget | None = None,

@@ -1,4 +1,4 @@
-"""`dice-copilot validate`: one candidate against one reference, verdict printed (or JSON), exit code 0/1/2."""
+"""`dice-copilot validate`: one candidate against one reference, verdict printed (or JSON), exit code 0/1/2/3."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ from pathlib import Path
 
 from .api import Budget, ValidatorPool
 from .problem import Candidate, InputError, Problem
+from .verdict import Outcome
 
-EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CHECKED = 0, 1, 2, 3
+EXIT_CODES = {Outcome.PASSED: EXIT_PASSED, Outcome.FAILED: EXIT_FAILED, Outcome.NOT_CHECKED: EXIT_NOT_CHECKED}
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "validate", help="compile, check and time a candidate kernel against a PyTorch reference",
         description="Exit code 0 when the candidate passes every stage that can run on this machine, 1 when it "
-                    "fails one, 2 for bad usage or unreadable input.")
+                    "fails one, 2 for bad usage or unreadable input, 3 when this machine cannot check it (a missing "
+                    "piece of the machine, named with its fix, or a fault of the validator).")
     parser.add_argument("candidate", type=Path, help="ModelNew module (.py) or a .cu file")
     parser.add_argument("--reference", "-r", type=Path, required=True,
                         help="PyTorch reference module with Model, get_inputs(), get_init_inputs()")
@@ -42,7 +45,9 @@ def run_validate(args: argparse.Namespace) -> int:
         print(verdict.to_json(indent=2))
     else:
         print(verdict.summary())
+        if fix := verdict.details.get("environment", {}).get("fix_cli"):
+            print(f"  fix: {fix}")
         for d in verdict.diagnostics:
             where = f"{d.file or args.candidate}:{d.line}" if d.line else str(d.file or args.candidate)
             print(f"  {where}: {d.severity}: {d.message}")
-    return EXIT_PASSED if verdict.passed else EXIT_FAILED
+    return EXIT_CODES[verdict.outcome]

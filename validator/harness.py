@@ -25,9 +25,12 @@ _SECRET = os.environ.pop(SECRET_ENV, "") or os.urandom(16).hex()
 import torch  # noqa: E402  (after the secret is gone from the environment)
 from torch.utils import _pytree as pytree  # noqa: E402
 
+from .api import NOT_CHECKED_HERE, Budget  # noqa: E402
 from .compile import CompileConfig, ExtensionBuilder  # noqa: E402
+from .environment import diagnose_build  # noqa: E402
 from .kernel_split import GLOBAL_KERNEL  # noqa: E402
 from .problem import ExtensionSpec  # noqa: E402
+from .verdict import FailureCode, Stage  # noqa: E402
 
 # Trusted references captured before any candidate code runs; re-checked after every job (monkey-patching defence).
 _TRUSTED = {
@@ -73,20 +76,24 @@ def _tampered() -> list[str]:
 
 
 class CandidateFailure(Exception):
-    """The candidate failed a check; `code` is the Verdict.failure_code."""
+    """A check did not pass; `code` is the Verdict.failure_code, the stage is the channel's current one."""
 
-    def __init__(self, code: str, message: str, **details):
+    def __init__(self, code: FailureCode, message: str, **details):
         super().__init__(message)
         self.code = code
         self.details = details
 
 
 class Channel:
+    """The harness's side of the pipes: announces each phase (its time budget and its stage) and sends results."""
+
     def __init__(self, read_fd: int, write_fd: int):
         self.read_fd, self.write_fd = read_fd, write_fd
+        self.stage = Stage.CORRECT  # the stage of the phase announced last
 
-    def phase(self, name: str, budget_s: float) -> None:
-        write_message(self.write_fd, {"event": "phase", "phase": name, "budget_s": budget_s})
+    def phase(self, name: str, budget_s: float, stage: Stage = Stage.CORRECT) -> None:
+        self.stage = stage
+        write_message(self.write_fd, {"event": "phase", "phase": name, "budget_s": budget_s, "stage": stage})
 
     def send(self, obj) -> None:
         write_message(self.write_fd, obj)
@@ -118,10 +125,10 @@ class ExtensionLoader:
     """Replaces torch's load_inline/load while the candidate imports: prebuilt objects are imported directly;
     anything the caller could not resolve statically is built here with the same builder (same cache)."""
 
-    def __init__(self, job: dict, channel: Channel):
-        self.prebuilt = job.get("prebuilt", {})
+    def __init__(self, job: dict, budget: Budget, channel: Channel):
+        self.prebuilt = job["prebuilt"]
         self.config = CompileConfig(**job["compile_config"])
-        self.compile_timeout_s = job["budget"]["compile_timeout_s"]
+        self.budget = budget
         self.cu_path, self.cu_text = job.get("cu_path"), job.get("cu_text")
         self.channel = channel
         self.kernel_names: set[str] = set()
@@ -151,19 +158,23 @@ class ExtensionLoader:
             self.kernel_names.update(GLOBAL_KERNEL.findall(text))
         entry = self.prebuilt.get(spec.content_key())
         if entry is None:
-            self.channel.phase("compile", self.compile_timeout_s + 5)
-            result = ExtensionBuilder(self.config).build(spec, self.compile_timeout_s)
+            self.channel.phase("compile", self.budget.compile_timeout_s + 5, Stage.COMPILE)
+            result = ExtensionBuilder(self.config).build(spec, self.budget.compile_timeout_s)
             self.built_here.append({"ok": result.ok, "seconds": result.seconds, "cached": result.cached})
             if not result.ok:
-                raise CandidateFailure("compile_error", "the extension built at import time failed to compile",
-                                       compiler_log=result.log,
+                if missing := diagnose_build(result.log):
+                    raise CandidateFailure(FailureCode.ENVIRONMENT, f"{NOT_CHECKED_HERE}: {missing.message}",
+                                           compiler_log=result.log, environment=missing.to_dict())
+                raise CandidateFailure(FailureCode.COMPILE_ERROR, "the extension built at import time failed to "
+                                                                  "compile", compiler_log=result.log,
                                        diagnostics=[d.__dict__ for d in result.diagnostics])
             entry = {"module_name": result.module_name, "so_path": result.so_path}
+            self.channel.phase("import_candidate", self.budget.call_timeout_s * 3)  # the import goes on
         previous = _IMPORTED_EXTENSIONS.setdefault(entry["module_name"], entry["so_path"])
         if previous != entry["so_path"]:
             # This process would hand back the binary imported first under that name: never judge a stale one.
-            raise CandidateFailure("stale_extension", f"extension module {entry['module_name']} was already "
-                                                      f"imported in this worker from another build")
+            raise CandidateFailure(FailureCode.STALE_EXTENSION, f"extension module {entry['module_name']} was already "
+                                                                f"imported in this worker from another build")
         loader = importlib.machinery.ExtensionFileLoader(entry["module_name"], entry["so_path"])
         module_spec = importlib.util.spec_from_file_location(entry["module_name"], entry["so_path"], loader=loader)
         module = importlib.util.module_from_spec(module_spec)
@@ -171,8 +182,9 @@ class ExtensionLoader:
             loader.exec_module(module)
         except ImportError as exc:
             if "TSS key" in str(exc):  # pybind11 found no pthread key left: the worker's fault, not the candidate's
-                raise CandidateFailure("worker_exhausted", f"this worker process ran out of thread keys importing "
-                                                           f"{entry['module_name']}") from exc
+                raise CandidateFailure(FailureCode.WORKER_EXHAUSTED,
+                                       f"this worker process ran out of thread keys importing "
+                                       f"{entry['module_name']}") from exc
             raise
         return module
 
@@ -265,15 +277,11 @@ def _tensor_bytes(values) -> int:
 
 # ---------------------------------------------------------------- output comparison
 
-def tolerances(dtype: torch.dtype, budget: dict) -> tuple[float, float, float]:
-    half = dtype in (torch.float16, torch.bfloat16)
-    atol = budget.get("atol") or (1e-2 if half else 1e-4)
-    rtol = budget.get("rtol") or (1e-2 if half else 1e-4)
-    rel_l2 = budget.get("rel_l2_tol") or (1e-2 if half else 1e-4)
-    return atol, rtol, rel_l2
+def tolerances(dtype: torch.dtype, budget: Budget) -> tuple[float, float, float]:
+    return budget.tolerances(half=dtype in (torch.float16, torch.bfloat16))
 
 
-def compare_outputs(out, ref, inputs: list, budget: dict, label: str, relax_atol: bool = False
+def compare_outputs(out, ref, inputs: list, budget: Budget, label: str, relax_atol: bool = False
                     ) -> tuple[list[float], list[float]]:
     """All output checks (docs/validator.md#correctness); raises CandidateFailure on the first violation, returns
     per-output max abs/rel errors.
@@ -283,30 +291,33 @@ def compare_outputs(out, ref, inputs: list, budget: dict, label: str, relax_atol
     out_leaves, out_spec = pytree.tree_flatten(out)
     ref_leaves, ref_spec = pytree.tree_flatten(ref)
     if out_spec != ref_spec:
-        raise CandidateFailure("incorrect", f"{label}: output structure {out_spec} differs from the reference's "
-                                            f"{ref_spec}")
+        raise CandidateFailure(FailureCode.INCORRECT,
+                               f"{label}: output structure {out_spec} differs from the reference's "
+                               f"{ref_spec}")
     input_ranges = [_storage_range(x) for x in inputs if isinstance(x, torch.Tensor) and x.numel()]
     abs_errors, rel_errors = [], []
     for i, (o, r) in enumerate(zip(out_leaves, ref_leaves)):
         name = f"{label}, output {i}"
         if not isinstance(r, torch.Tensor):
             if isinstance(o, torch.Tensor) or (o != r and not (isinstance(r, float) and math.isclose(o, r, rel_tol=1e-4))):
-                raise CandidateFailure("incorrect", f"{name}: got {o!r}, expected {r!r}")
+                raise CandidateFailure(FailureCode.INCORRECT, f"{name}: got {o!r}, expected {r!r}")
             continue
         if type(o) is not torch.Tensor:
-            raise CandidateFailure("cheat", f"{name}: returned a {type(o).__name__}, not a plain torch.Tensor")
+            raise CandidateFailure(FailureCode.CHEAT,
+                                   f"{name}: returned a {type(o).__name__}, not a plain torch.Tensor")
         if o.shape != r.shape:
-            raise CandidateFailure("incorrect", f"{name}: shape {tuple(o.shape)}, expected {tuple(r.shape)}")
+            raise CandidateFailure(FailureCode.INCORRECT, f"{name}: shape {tuple(o.shape)}, expected {tuple(r.shape)}")
         if o.dtype != r.dtype:
-            raise CandidateFailure("incorrect", f"{name}: dtype {o.dtype}, expected {r.dtype}")
+            raise CandidateFailure(FailureCode.INCORRECT, f"{name}: dtype {o.dtype}, expected {r.dtype}")
         if o.device != r.device:
-            raise CandidateFailure("incorrect", f"{name}: on {o.device}, expected {r.device}")
+            raise CandidateFailure(FailureCode.INCORRECT, f"{name}: on {o.device}, expected {r.device}")
         if o.numel() and any(_overlaps(_storage_range(o), rng) for rng in input_ranges):
-            raise CandidateFailure("incorrect", f"{name}: the output shares memory with an input; return a new "
-                                                f"tensor")
+            raise CandidateFailure(FailureCode.INCORRECT,
+                                   f"{name}: the output shares memory with an input; return a new "
+                                   f"tensor")
         if not o.is_floating_point() and not o.is_complex():
             if not torch.equal(o, r):
-                raise CandidateFailure("incorrect", f"{name}: integer/bool values differ from the reference")
+                raise CandidateFailure(FailureCode.INCORRECT, f"{name}: integer/bool values differ from the reference")
             abs_errors.append(0.0)
             rel_errors.append(0.0)
             continue
@@ -316,8 +327,9 @@ def compare_outputs(out, ref, inputs: list, budget: dict, label: str, relax_atol
         finite_o, finite_r = torch.isfinite(o), torch.isfinite(r)
         if not torch.equal(finite_o, finite_r):
             bad = int((finite_o != finite_r).sum())
-            raise CandidateFailure("incorrect", f"{name}: {bad} elements are NaN/inf where the reference is not (or "
-                                                f"the other way round)")
+            raise CandidateFailure(FailureCode.INCORRECT,
+                                   f"{name}: {bad} elements are NaN/inf where the reference is not (or "
+                                   f"the other way round)")
         of, rf = o.double()[finite_r], r.double()[finite_r]
         diff = (of - rf).abs()
         max_abs = float(diff.max()) if diff.numel() else 0.0
@@ -327,11 +339,13 @@ def compare_outputs(out, ref, inputs: list, budget: dict, label: str, relax_atol
         rel_errors.append(max_rel)
         if not torch.allclose(o[finite_r], r[finite_r], atol=atol, rtol=rtol) or \
                 not _same_values(o[~finite_r], r[~finite_r]):
-            raise CandidateFailure("incorrect", f"{name}: max abs error {max_abs:.3g} exceeds atol={atol:g}/rtol="
-                                                f"{rtol:g}", max_abs_error=[max_abs], max_rel_error=[max_rel])
+            raise CandidateFailure(FailureCode.INCORRECT,
+                                   f"{name}: max abs error {max_abs:.3g} exceeds atol={atol:g}/rtol="
+                                   f"{rtol:g}", max_abs_error=[max_abs], max_rel_error=[max_rel])
         if rel_l2 > rel_l2_tol and rf.norm() > 0:
-            raise CandidateFailure("incorrect", f"{name}: relative L2 error {rel_l2:.3g} exceeds {rel_l2_tol:g} "
-                                                f"(outputs are small; a near-constant answer is not enough)",
+            raise CandidateFailure(FailureCode.INCORRECT,
+                                   f"{name}: relative L2 error {rel_l2:.3g} exceeds {rel_l2_tol:g} "
+                                   f"(outputs are small; a near-constant answer is not enough)",
                                    max_abs_error=[max_abs], max_rel_error=[max_rel])
     return abs_errors, rel_errors
 
@@ -365,24 +379,24 @@ class Job:
     def __init__(self, msg: dict, channel: Channel):
         self.msg = msg
         self.channel = channel
-        self.budget = msg["budget"]
-        self.policy = msg.get("policy", "ide")
+        self.budget = Budget(**msg["budget"])
+        self.policy = msg["policy"]
         self.seed = int(msg.get("seed") or 0)
         self.flags: list[str] = []
         self.stage_times: dict[str, float] = {}
         self.details: dict = {}
         self.max_abs: list[float] = []
         self.max_rel: list[float] = []
-        self.dtype = getattr(torch, msg["dtype"]) if msg.get("dtype") else None
+        self.dtype = getattr(torch, self.budget.dtype) if self.budget.dtype else None
 
     def run(self) -> dict:
-        call_timeout = self.budget["call_timeout_s"]
+        call_timeout = self.budget.call_timeout_s
         t0 = time.monotonic()
         self.channel.phase("load_reference", call_timeout * 3)
         reference_module = _exec_module(self.msg["problem_source"], self.msg.get("problem_path") or "<reference>",
                                         "dice_reference")
         init_inputs = list(reference_module.get_init_inputs()) if hasattr(reference_module, "get_init_inputs") else []
-        loader = self.loader = ExtensionLoader(self.msg, self.channel)
+        loader = self.loader = ExtensionLoader(self.msg, self.budget, self.channel)
         self.channel.phase("import_candidate", call_timeout * 3)
         threads_before = threading.active_count()
         try:
@@ -392,34 +406,36 @@ class Job:
         except CandidateFailure:
             raise
         except Exception as exc:
-            raise CandidateFailure("runtime_error", f"importing the candidate raised {_describe(exc)}") from exc
+            raise CandidateFailure(FailureCode.RUNTIME_ERROR,
+                                   f"importing the candidate raised {_describe(exc)}") from exc
         self.stage_times["import"] = time.monotonic() - t0
         if loader.built_here:
             self.details["built_in_worker"] = loader.built_here
         model_class = getattr(candidate_module, self.msg.get("candidate_class", "ModelNew"), None)
         if model_class is None:
-            raise CandidateFailure("runtime_error", f"the candidate defines no class "
-                                                    f"'{self.msg.get('candidate_class', 'ModelNew')}'")
+            raise CandidateFailure(FailureCode.RUNTIME_ERROR, f"the candidate defines no class "
+                                                              f"'{self.msg.get('candidate_class', 'ModelNew')}'")
         reference_class = getattr(reference_module, self.msg.get("problem_class", "Model"))
 
         t1 = time.monotonic()
         self.channel.phase("construct", call_timeout * 3)
         reference, candidate = self._construct(reference_class, model_class, init_inputs)
         self._check_correctness(reference_module, reference, candidate, call_timeout)
-        if (self.policy == "strict" or self.budget.get("attribution")) and _on_gpu():
+        if (self.policy == "strict" or self.budget.attribution) and _on_gpu():
             t_attribution = time.monotonic()
             self._check_attribution(reference_module, candidate, call_timeout)
-            self.stage_times["attribution"] = time.monotonic() - t_attribution  # part of "correct"
+            self.stage_times["attribution"] = time.monotonic() - t_attribution  # part of the correct stage
         if threading.active_count() != threads_before:
-            raise CandidateFailure("cheat", f"the candidate started {threading.active_count() - threads_before} "
-                                            f"background thread(s)")
-        self.stage_times["correct"] = time.monotonic() - t1
-        result = {"stage": "correct", "max_abs_error": self.max_abs, "max_rel_error": self.max_rel}
-        if self.budget.get("timing"):
+            raise CandidateFailure(FailureCode.CHEAT,
+                                   f"the candidate started {threading.active_count() - threads_before} "
+                                   f"background thread(s)")
+        self.stage_times[Stage.CORRECT] = time.monotonic() - t1
+        result = {"stage": Stage.CORRECT, "max_abs_error": self.max_abs, "max_rel_error": self.max_rel}
+        if self.budget.timing:
             t2 = time.monotonic()
             result.update(self._time(reference_module, reference, candidate, call_timeout))
-            self.stage_times["timed"] = time.monotonic() - t2
-            result["stage"] = "timed"
+            self.stage_times[Stage.TIMED] = time.monotonic() - t2
+            result["stage"] = Stage.TIMED
         return result
 
     def _construct(self, reference_class, model_class, init_inputs):
@@ -432,7 +448,8 @@ class Job:
             with torch.device(_DEVICE):
                 candidate = model_class(*init_inputs)
         except Exception as exc:
-            raise CandidateFailure("runtime_error", f"ModelNew(*get_init_inputs()) raised {_describe(exc)}") from exc
+            raise CandidateFailure(FailureCode.RUNTIME_ERROR,
+                                   f"ModelNew(*get_init_inputs()) raised {_describe(exc)}") from exc
         reference, candidate = reference.to(_DEVICE).eval(), candidate.to(_DEVICE).eval()
         if self.dtype is not None:
             reference, candidate = reference.to(self.dtype), candidate.to(self.dtype)
@@ -452,7 +469,7 @@ class Job:
         return out
 
     def _check_correctness(self, module, reference, candidate, call_timeout):
-        n_trials = max(5, int(self.budget["n_correct_trials"]))
+        n_trials = max(5, self.budget.n_correct_trials)  # varied input distributions need at least 5
         first_inputs = None
         for trial in range(n_trials):
             variant = VARIANTS[trial % len(VARIANTS)]
@@ -466,8 +483,8 @@ class Job:
             try:  # the candidate runs first, so it cannot pick up the reference's freed output
                 cand_out = self._call(candidate, cand_inputs)
             except Exception as exc:
-                raise CandidateFailure("runtime_error", f"ModelNew.forward raised {_describe(exc)} "
-                                                        f"(trial {trial + 1}, {variant} inputs)") from exc
+                raise CandidateFailure(FailureCode.RUNTIME_ERROR, f"ModelNew.forward raised {_describe(exc)} "
+                                                                  f"(trial {trial + 1}, {variant} inputs)") from exc
             ref_inputs = _clone(pristine)
             ref_out = self._call(reference, ref_inputs)
             if variant != "base" and not all(torch.isfinite(t).all() for t in pytree.tree_leaves(ref_out)
@@ -522,8 +539,9 @@ class Job:
     def _check_inputs_untouched(self, cand_inputs, ref_inputs, label):
         for i, (c, r) in enumerate(zip(cand_inputs, ref_inputs)):
             if isinstance(c, torch.Tensor) and not _same_values(c, r):
-                raise CandidateFailure("cheat", f"{label}: the candidate modified input {i} (the reference does "
-                                                f"not); compute into a new output tensor")
+                raise CandidateFailure(FailureCode.CHEAT,
+                                       f"{label}: the candidate modified input {i} (the reference does "
+                                       f"not); compute into a new output tensor")
 
     def _null_model_probe(self, module, reference, ref_out, inputs):
         """If trivial answers pass the checker on this problem, say so (docs/validator.md#correctness)."""
@@ -560,8 +578,8 @@ class Job:
             if a.is_floating_point() and torch.allclose(a, b, atol=atol / 10, rtol=rtol / 10, equal_nan=True):
                 self.flags.append("nondeterministic_within_tolerance")
             else:
-                raise CandidateFailure("incorrect", "two calls on identical inputs gave different outputs "
-                                                    "(uninitialised memory or a race)")
+                raise CandidateFailure(FailureCode.INCORRECT, "two calls on identical inputs gave different outputs "
+                                                              "(uninitialised memory or a race)")
 
     def _check_attribution(self, module, candidate, call_timeout):
         """strict: kernels compiled from the candidate must do most of the GPU work
@@ -585,31 +603,33 @@ class Job:
                 launched.append(event.name)
         share = ours / total if total > 0 else 0.0
         self.details["candidate_kernel_share"] = share
-        threshold = float(self.budget.get("attribution_threshold", 0.5))
+        threshold = self.budget.attribution_threshold
         if not launched:
-            raise CandidateFailure("cheat", "no kernel compiled from the candidate ran on the GPU; the work is done "
-                                            "by PyTorch/library kernels")
+            raise CandidateFailure(FailureCode.CHEAT,
+                                   "no kernel compiled from the candidate ran on the GPU; the work is done "
+                                   "by PyTorch/library kernels")
         if share < threshold:
-            raise CandidateFailure("cheat", f"the candidate's own kernels account for {share:.0%} of GPU time "
-                                            f"(strict policy requires {threshold:.0%}); the rest is PyTorch/library "
-                                            f"kernels")
+            raise CandidateFailure(FailureCode.CHEAT,
+                                   f"the candidate's own kernels account for {share:.0%} of GPU time "
+                                   f"(strict policy requires {threshold:.0%}); the rest is PyTorch/library "
+                                   f"kernels")
 
     def _time(self, module, reference, candidate, call_timeout) -> dict:
         """Interleaved, L2-flushed, rotating-input timing with rechecked outputs (docs/validator.md#timing)."""
-        n_sets = max(8, int(self.budget.get("timing_input_sets", 8)))
-        max_trials = int(self.budget.get("timing_trials", 100))
-        min_trials = min(max_trials, int(self.budget.get("min_timing_trials", 20)))
-        wall_budget = float(self.budget.get("timing_budget_s", 20.0))
-        self.channel.phase("timing: inputs", call_timeout * 3 + 10)
+        n_sets = max(8, self.budget.timing_input_sets)  # fewer sets would fit in L2 together
+        max_trials = self.budget.timing_trials
+        min_trials = min(max_trials, self.budget.min_timing_trials)
+        wall_budget = self.budget.timing_budget_s
+        self.channel.phase("timing: inputs", call_timeout * 3 + 10, Stage.TIMED)
         sets = [generate_inputs(module, _seed_for(self.seed, "timing", k), "base", self.dtype) for k in range(n_sets)]
         expected = [self._call(reference, _clone(s)) for s in sets]
         l2 = (getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) if _on_gpu() else 0) or (64 << 20)
         flush = torch.empty(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device=_DEVICE)
-        self.channel.phase("timing: warmup", call_timeout * 8 + 10)
+        self.channel.phase("timing: warmup", call_timeout * 8 + 10, Stage.TIMED)
         for k in range(3):
             self._call(reference, sets[k])
             self._call(candidate, sets[k])
-        self.channel.phase("timing", wall_budget * 2 + call_timeout * 4 + 10)
+        self.channel.phase("timing", wall_budget * 2 + call_timeout * 4 + 10, Stage.TIMED)
         threads_before = threading.active_count()
         times = {"reference": [], "candidate": []}
         walls = {"reference": [], "candidate": []}
@@ -642,7 +662,7 @@ class Job:
                                        and _sem_below(times["reference"], 0.01)):
                 break
         if threading.active_count() != threads_before:
-            raise CandidateFailure("cheat", "the candidate started background threads during timing")
+            raise CandidateFailure(FailureCode.CHEAT, "the candidate started background threads during timing")
         for k, out in last_out.items():
             compare_outputs(out, expected[k], sets[k], self.budget, f"timed call on input set {k}")
         stats = {label: _stats(values) for label, values in times.items()}
@@ -658,7 +678,8 @@ class Job:
             self.flags.append("excessive_speedup")
         self._check_roofline(stats["candidate"]["median_ms"], expected[0])
         self.details["timing_env"] = {"device": torch.cuda.get_device_name(0) if _on_gpu() else "cpu",
-                                      "torch": torch.__version__, "cuda": torch.version.cuda, "input_sets": n_sets}
+                                      "torch": torch.__version__, "cuda": torch.version.cuda, "input_sets": n_sets,
+                                      "budget_s": wall_budget}
         return {"timing": stats, "speedup": speedup,
                 "mean_speedup": stats["reference"]["mean_ms"] / max(stats["candidate"]["mean_ms"], 1e-9)}
 
@@ -669,8 +690,9 @@ class Job:
             return
         floor_ms = _tensor_bytes(reference_out) / peak * 1e3
         if candidate_ms * 1.1 < floor_ms:
-            raise CandidateFailure("cheat", f"measured {candidate_ms:.4f} ms is below the memory-bandwidth floor "
-                                            f"{floor_ms:.4f} ms for writing the outputs; the timing is not real")
+            raise CandidateFailure(FailureCode.CHEAT,
+                                   f"measured {candidate_ms:.4f} ms is below the memory-bandwidth floor "
+                                   f"{floor_ms:.4f} ms for writing the outputs; the timing is not real")
 
 
 class _EventTimer:
@@ -779,8 +801,11 @@ def thread_keys_running_out(spare: int = SPARE_THREAD_KEYS) -> bool:
 
 
 def _run_job(msg: dict, channel: Channel) -> dict:
+    """The job's outcome: passed, the stage that ran last ("stage"; where it stopped when it failed), failure_code
+    and failure when it failed, flags, stage_times and details; `recycle` asks for a fresh worker."""
     global _DEVICE
-    _DEVICE = msg.get("device", "cuda")
+    _DEVICE = msg["device"]
+    channel.stage = Stage.CORRECT
     job = Job(msg, channel)
     tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references must not silently use TF32
@@ -793,17 +818,19 @@ def _run_job(msg: dict, channel: Channel) -> dict:
         outcome = {"passed": False, "failure_code": failure.code, "failure": str(failure), **failure.details}
         recycle = failure.code in FRESH_WORKER_FAILURES or not _cuda_is_healthy()
     except torch.cuda.OutOfMemoryError as exc:
-        outcome = {"passed": False, "failure_code": "runtime_error", "failure": f"GPU out of memory: {exc}"[:600]}
+        outcome = {"passed": False, "failure_code": FailureCode.RUNTIME_ERROR,
+                   "failure": f"GPU out of memory: {exc}"[:600]}
         recycle = not _cuda_is_healthy()
     except Exception as exc:
         healthy = _cuda_is_healthy()
-        outcome = {"passed": False, "failure_code": "runtime_error" if healthy else "crash",
+        outcome = {"passed": False, "failure_code": FailureCode.RUNTIME_ERROR if healthy else FailureCode.CRASH,
                    "failure": _describe(exc) + ("" if healthy else " (CUDA context is unusable afterwards)"),
                    "traceback": traceback.format_exc()[-3000:]}
         recycle = not healthy
+    outcome.setdefault("stage", channel.stage)
     tampered = _tampered()
     if tampered:
-        outcome.update(passed=False, failure_code="cheat",
+        outcome.update(passed=False, failure_code=FailureCode.CHEAT,
                        failure=f"the candidate replaced harness functions: {', '.join(tampered)}")
         recycle = True
     if (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) != (False, False):
@@ -835,8 +862,8 @@ class _SilentChannel(Channel):
     def __init__(self):
         super().__init__(-1, -1)
 
-    def phase(self, name: str, budget_s: float) -> None:
-        pass
+    def phase(self, name: str, budget_s: float, stage: Stage = Stage.CORRECT) -> None:
+        self.stage = stage
 
     def send(self, obj) -> None:
         pass
@@ -848,7 +875,6 @@ def warm_up(device: str) -> dict:
     suggestion should not wait for. Returns its outcome."""
     from dataclasses import asdict
 
-    from .api import Budget
     msg = {"problem_source": WARM_UP_PROBLEM, "candidate_source": WARM_UP_PROBLEM + "ModelNew = Model\n",
            "policy": "ide", "device": device, "budget": asdict(Budget(timing=False)), "seed": 0, "prebuilt": {},
            "kernel_names": [], "compile_config": {}}

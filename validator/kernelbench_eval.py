@@ -19,11 +19,13 @@ from typing import Callable, Iterable, Sequence
 
 from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD
 
+from .verdict import FailureCode, Stage, ValidatorError, Verdict
+
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 _PROBLEM_FILE = re.compile(r"^(\d+)_(.+)\.py$")
 
 
-class KernelBenchLayoutError(ValueError):
+class KernelBenchLayoutError(ValidatorError, ValueError):
     """The directory is not a KernelBench checkout (or lacks the level): the message says what was expected."""
 
 
@@ -54,8 +56,8 @@ class GeneratedCandidate:
 
 # (reference source, number of samples) -> that many candidates.
 CandidateGenerator = Callable[[str, int], list[GeneratedCandidate]]
-# (reference problem file, candidate module source) -> a Verdict-like object (stage, passed, speedup, ...).
-ValidateFunction = Callable[[Path, str], object]
+# (reference problem file, candidate module source) -> its Verdict.
+ValidateFunction = Callable[[Path, str], Verdict]
 
 
 @dataclass
@@ -68,14 +70,18 @@ class SampleResult:
     compiled: bool
     correct: bool
     speedup: float | None = None
-    stage: str | None = None
-    failure_code: str | None = None
+    stage: Stage | None = None  # the verdict's stage (the one that ran last)
+    failure_code: FailureCode | None = None
     failure: str | None = None
     flags: list[str] = field(default_factory=list)
     compile_only: bool = False
     generated_tokens: int | None = None
     generation_seconds: float | None = None
     validation_seconds: float | None = None
+
+    def __post_init__(self):
+        self.stage = None if self.stage is None else Stage(self.stage)
+        self.failure_code = None if self.failure_code is None else FailureCode(self.failure_code)
 
     @classmethod
     def from_dict(cls, data: dict) -> "SampleResult":
@@ -196,18 +202,15 @@ def _fast_key(p: float) -> str:
     return f"fast_{p:g}"
 
 
-def result_from_verdict(problem: KernelBenchProblem, sample: int, verdict, generated: GeneratedCandidate,
+def result_from_verdict(problem: KernelBenchProblem, sample: int, verdict: Verdict, generated: GeneratedCandidate,
                         validation_seconds: float) -> SampleResult:
     """Map a validator Verdict onto KernelBench's compiled / correct / speedup."""
-    stage = getattr(verdict, "stage", None)
-    compiled = stage in ("compile", "correct", "timed")
-    correct = stage in ("correct", "timed") and bool(getattr(verdict, "passed", False))
+    correct = verdict.passed and verdict.cleared(Stage.CORRECT)
     return SampleResult(
-        problem_id=problem.problem_id, name=problem.name, sample=sample, compiled=compiled, correct=correct,
-        speedup=getattr(verdict, "speedup", None) if correct else None, stage=stage,
-        failure_code=getattr(verdict, "failure_code", None), failure=getattr(verdict, "failure", None),
-        flags=list(getattr(verdict, "flags", []) or []), compile_only=bool(getattr(verdict, "compile_only", False)),
-        generated_tokens=generated.tokens, generation_seconds=generated.seconds,
+        problem_id=problem.problem_id, name=problem.name, sample=sample, compiled=verdict.cleared(Stage.COMPILE),
+        correct=correct, speedup=verdict.speedup if correct else None, stage=verdict.stage,
+        failure_code=verdict.failure_code, failure=verdict.failure, flags=list(verdict.flags),
+        compile_only=verdict.compile_only, generated_tokens=generated.tokens, generation_seconds=generated.seconds,
         validation_seconds=round(validation_seconds, 3))
 
 
@@ -356,7 +359,7 @@ def _validate_safely(validate: ValidateFunction, problem: KernelBenchProblem, sa
     if generated.code is None:
         generation_failed = generated.finish_reason == "error"
         return SampleResult(problem.problem_id, problem.name, sample, compiled=False, correct=False,
-                            failure_code="generation_error" if generation_failed else "no_code",
+                            failure_code=FailureCode.GENERATION_ERROR if generation_failed else FailureCode.NO_CODE,
                             failure=generated.text if generation_failed else "the answer holds no complete ``` code block",
                             generated_tokens=generated.tokens, generation_seconds=generated.seconds)
     started = time.perf_counter()
@@ -364,7 +367,7 @@ def _validate_safely(validate: ValidateFunction, problem: KernelBenchProblem, sa
         verdict = validate(problem.path, generated.code)
     except Exception as error:  # noqa: BLE001 - one broken verdict must not end a 100-problem run
         return SampleResult(problem.problem_id, problem.name, sample, compiled=False, correct=False,
-                            failure_code="validator_error", failure=f"{type(error).__name__}: {error}",
+                            failure_code=FailureCode.VALIDATOR_ERROR, failure=f"{type(error).__name__}: {error}",
                             generated_tokens=generated.tokens, generation_seconds=generated.seconds,
                             validation_seconds=round(time.perf_counter() - started, 3))
     return result_from_verdict(problem, sample, verdict, generated, time.perf_counter() - started)

@@ -18,21 +18,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .verdict import FailureCode, Stage, ValidatorError
+
 SECRET_ENV = "DICE_VALIDATOR_SECRET"
 FDS_ENV = "DICE_VALIDATOR_FDS"
 # Failures that say nothing of the candidate (a module name this process imported from another build, no thread keys
 # left): the pool judges the candidate again in a fresh worker.
-FRESH_WORKER_FAILURES = ("stale_extension", "worker_exhausted")
+FRESH_WORKER_FAILURES = (FailureCode.STALE_EXTENSION, FailureCode.WORKER_EXHAUSTED)
 STARTUP_TIMEOUT_S = 120.0
+STARTUP_PHASE = "startup"  # the phase of a worker that has not answered its first message yet
 
 
-class WorkerError(Exception):
+class WorkerError(ValidatorError):
     """The worker stopped answering: it crashed, hung past a deadline, or was killed."""
 
-    def __init__(self, kind: str, message: str, phase: str | None = None):
+    def __init__(self, kind: FailureCode, message: str, phase: str | None = None, stage: Stage | None = None):
         super().__init__(message)
-        self.kind = kind  # "timeout" | "crash"
+        self.kind = kind  # FailureCode.TIMEOUT | FailureCode.CRASH
         self.phase = phase
+        self.stage = stage  # the stage of the phase it stopped in (None: before the harness announced one)
 
 
 def write_message(fd: int, obj) -> None:
@@ -102,7 +106,7 @@ class WorkerProcess:
         os.close(req_r)
         os.close(resp_w)
         self._req, self._resp = req_w, resp_r
-        hello = self._receive(time.monotonic() + STARTUP_TIMEOUT_S, "startup")
+        hello = self._receive(time.monotonic() + STARTUP_TIMEOUT_S, STARTUP_PHASE, None)
         self.device_name = hello.get("device")
 
     @property
@@ -110,7 +114,8 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def run_job(self, job: dict, total_timeout_s: float, on_event=None) -> dict:
-        """Send a job and wait for its result; each phase the harness announces carries its own time budget."""
+        """Send a job and wait for its result; each phase the harness announces carries its own time budget and
+        the stage it belongs to."""
         started = time.monotonic()
         self.start()
         self.last_start_s = time.monotonic() - started
@@ -118,12 +123,12 @@ class WorkerProcess:
         try:
             write_message(self._req, {"op": "validate", **job})
         except OSError as exc:
-            raise WorkerError("crash", f"worker process is gone ({exc})") from exc
-        phase, phase_deadline = "start", hard_deadline
+            raise WorkerError(FailureCode.CRASH, f"worker process is gone ({exc})") from exc
+        phase, stage, phase_deadline = "start", None, hard_deadline
         while True:
-            message = self._receive(min(phase_deadline, hard_deadline), phase)
+            message = self._receive(min(phase_deadline, hard_deadline), phase, stage)
             if message.get("event") == "phase":
-                phase = message["phase"]
+                phase, stage = message["phase"], Stage(message["stage"])
                 phase_deadline = time.monotonic() + float(message["budget_s"])
                 if on_event:
                     on_event(message)
@@ -131,18 +136,19 @@ class WorkerProcess:
                 self.jobs_done += 1
                 return message
 
-    def _receive(self, deadline: float, phase: str):
+    def _receive(self, deadline: float, phase: str, stage: Stage | None):
         try:
             return read_message(self._resp, deadline)
         except TimeoutError:
             self.kill()
-            raise WorkerError("timeout", f"no answer within the time limit during '{phase}'", phase) from None
+            raise WorkerError(FailureCode.TIMEOUT, f"no answer within the time limit during '{phase}'", phase,
+                              stage) from None
         except (EOFError, OSError, ValueError):
             code = self.proc.wait(timeout=10) if self.proc else None
             tail = self.log_tail()
             self.kill()
-            raise WorkerError("crash", f"worker died during '{phase}' ({_describe_exit(code)}); "
-                                       f"last output: {tail}", phase) from None
+            raise WorkerError(FailureCode.CRASH, f"worker died during '{phase}' ({_describe_exit(code)}); "
+                                                 f"last output: {tail}", phase, stage) from None
 
     def log_tail(self, limit: int = 1500) -> str:
         with contextlib.suppress(OSError):

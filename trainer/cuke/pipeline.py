@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dice_copilot.validator.verdict import Stage
+
 from .records import PairRecord, builtin_records, jsonl_records
 from .report import write_report
 from .splits import infill_split, order_easy_to_hard, plan_heldout, split_heldout
@@ -81,8 +83,8 @@ def classify(verdict: dict, min_speedup: float, drop_flags: tuple[str, ...], com
     if flags:
         return "rejected", f"misleading:{flags[0]}"
     if compile_only or verdict.get("compile_only"):
-        return ("compiled_unverified", None) if verdict.get("stage") == "compile" else ("rejected", "not_compiled")
-    if verdict.get("stage") != "timed" or verdict.get("speedup") is None:
+        return ("compiled_unverified", None) if verdict.get("stage") == Stage.COMPILE else ("rejected", "not_compiled")
+    if verdict.get("stage") != Stage.TIMED or verdict.get("speedup") is None:
         return "rejected", "not_timed"
     if verdict["speedup"] < min_speedup:
         return "rejected", "below_speedup"
@@ -166,7 +168,7 @@ def _compact(verdict: dict, log_chars: int = 2000) -> dict:
     """Keep the stored verdict small: the tail of the compiler log is what says why a build failed; a build that
     succeeded keeps none (its commands are in the build details)."""
     log = verdict.get("compiler_log") or ""
-    if verdict.get("stage") not in (None, "static", "compile") or verdict.get("passed"):
+    if verdict.get("stage") not in (None, Stage.STATIC, Stage.COMPILE) or verdict.get("passed"):
         verdict["compiler_log"] = ""
     elif len(log) > log_chars:
         verdict["compiler_log"] = "[...]" + log[-log_chars:]
