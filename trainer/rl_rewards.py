@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dice_copilot.validator.api import Budget
 from dice_copilot.validator.verdict import Outcome, Stage
 
 from .rl_data import RLTask
@@ -63,8 +64,9 @@ class KernelReward:
     log-speedup; `mode="compiles"` gives 1 for passing the checks and compiling (machines without a GPU)."""
 
     def __init__(self, mode: str = "correct", speedup_weight: float = 0.0, gpus: list[int] | None = None,
-                 compile_timeout_s: float = 180.0, check_timeout_s: float = 20.0, compile_workers: int | None = None):
-        from dice_copilot.validator import Budget, ValidatorPool
+                 compile_timeout_s: float = Budget.compile_timeout_s, check_timeout_s: float = Budget.call_timeout_s,
+                 compile_workers: int | None = None):
+        from dice_copilot.validator import ValidatorPool
 
         if mode not in ("correct", "compiles"):
             raise ValueError(f"reward mode must be 'correct' or 'compiles', not {mode!r}")

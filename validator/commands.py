@@ -27,7 +27,8 @@ def register(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     parser.add_argument("--no-timing", action="store_true", help="stop after correctness")
     parser.add_argument("--class-name", default="Model", help="reference class name (default Model)")
-    parser.add_argument("--compile-timeout", type=float, default=180.0, help="seconds per extension build")
+    parser.add_argument("--compile-timeout", type=float, default=Budget.compile_timeout_s,
+                        help="seconds per extension build")
     parser.set_defaults(run=run_validate)
 
 
