@@ -263,15 +263,18 @@ _pools: dict[tuple, Any] = {}
 
 
 def _pool(validator, compile_config: dict, compile_only: bool):
-    """A warm ValidatorPool per CompileConfig (its JSON form); `compile_only` pools have no GPU (used when there is no
+    """A warm ValidatorPool per CompileConfig (from its JSON form; fields left out are the defaults, so the startup
+    ping's pools serve requests with default settings); `compile_only` pools have no GPU (used when there is no
     reference module to check against)."""
-    key = json.dumps(compile_config, sort_keys=True)
+    from dice_copilot.validator.api import compile_config_job
+
+    config = validator.CompileConfig(**compile_config)
+    key = json.dumps(compile_config_job(config), sort_keys=True)
     if (key, compile_only) in _pools:
         return _pools[(key, compile_only)]
     for stale in [k for k in _pools if k[0] != key]:
         _pools.pop(stale).shutdown()
-    pool = validator.ValidatorPool(gpus=[] if compile_only else None,
-                                   compile_config=validator.CompileConfig(**compile_config))
+    pool = validator.ValidatorPool(gpus=[] if compile_only else None, compile_config=config)
     _pools[(key, compile_only)] = pool
     return pool
 

@@ -95,3 +95,23 @@ def test_the_status_reason_puts_a_machine_that_cannot_check_first():
     assert backend.failure_reason([wrong, failed]) == "compileError"
     assert backend.failure_reason([failed, unchecked]) == "notChecked"
     assert backend.VerdictSummary.worker_failure("the validator failed: gone").not_checked
+
+
+def test_the_startup_pings_pools_serve_requests_with_default_settings(monkeypatch):
+    made = []
+
+    class FakePool:
+        def __init__(self, gpus, compile_config):
+            made.append(compile_config)
+
+        def shutdown(self):
+            made.append("shutdown")
+
+    validator = backend.import_validator()
+    monkeypatch.setattr(validator, "ValidatorPool", FakePool)
+    monkeypatch.setattr(backend, "_pools", {})
+    backend.warm_validator(None)  # the ping before any request: a GPU pool and a compile-only pool
+    warmed = dict(backend._pools)
+    config = _request(ServerSettings())["compile_config"]
+    assert {backend._pool(validator, config, compile_only=flag) for flag in (True, False)} == set(warmed.values())
+    assert made == [CompileConfig(), CompileConfig()]  # nothing rebuilt, nothing shut down

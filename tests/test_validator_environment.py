@@ -137,3 +137,15 @@ def test_the_readme_example_exits_3_naming_a_cuda_torch_on_the_readme_machine(tm
 
 def test_the_exit_codes_follow_the_outcome():
     assert commands.EXIT_CODES == {"passed": 0, "failed": 1, "not_checked": 3} and commands.EXIT_USAGE == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_the_readme_example_passes_on_a_cuda_machine(tmp_path, monkeypatch, capsys):
+    """With a CUDA build of torch and a complete toolkit the same command checks everything: exit 0, timed."""
+    monkeypatch.setenv("DICE_COPILOT_CACHE", str(tmp_path / "cache"))
+    code = _run_cli(["validate", str(EXAMPLE), "--reference", str(EXAMPLE), "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert code == commands.EXIT_PASSED, verdict["failure"]
+    assert (verdict["outcome"], verdict["stage"], verdict["failed_stage"], verdict["compile_only"]) == \
+        ("passed", "timed", None, False)

@@ -166,3 +166,17 @@ def test_budget_defaults_reach_the_harness_unchanged():
     assert timing_env["budget_s"] == Budget.timing_budget_s
     assert timing_env["input_sets"] == Budget.timing_input_sets
     assert verdict.timing["candidate"].n <= Budget.timing_trials
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_wrong_kernel_on_the_gpu_failed_the_correct_stage_after_compiling(tmp_path, monkeypatch):
+    monkeypatch.setenv("DICE_COPILOT_CACHE", str(tmp_path / "cache"))
+    example = (ROOT / "examples" / "inline_bias_relu.py").read_text()
+    wrong = example.replace("v > 0.f ? v : 0.f", "v > 0.f ? v : 1.f")
+    assert wrong != example
+    with ValidatorPool() as pool:
+        verdict = pool.validate(example, wrong, "ide", Budget(timing=False))
+    assert (verdict.outcome, verdict.stage, verdict.failed_stage, verdict.failure_code) == \
+        (Outcome.FAILED, Stage.CORRECT, Stage.CORRECT, FailureCode.INCORRECT), verdict.failure
+    assert verdict.cleared(Stage.COMPILE) and not verdict.cleared(Stage.CORRECT)
