@@ -37,6 +37,7 @@ async def test_checkpoint_errors_loading_hot_reload_and_garbage_not_shown(tmp_pa
         result = await client.text_document_inline_completion_async(inline_params(uri, *SCALE_CU_HOLE))
         assert result.items == () and statuses(client)[-1]["reason"] == "modelLoading"
         first = await wait_ready(client, loads=1)
+        assert first["untrained"] is False and statuses(client)[-1]["untrained"] is False
         load_titles = [r.title for reports in client.progress_reports.values() for r in reports
                        if isinstance(r, types.WorkDoneProgressBegin)]
         assert "Loading checkpoint" in load_titles
@@ -46,12 +47,15 @@ async def test_checkpoint_errors_loading_hot_reload_and_garbage_not_shown(tmp_pa
         assert result.items == ()
         assert statuses(client)[-1]["reason"] in ("validationFailed", "compileError")
 
-        # A training run replaces the checkpoint folder: the server reloads it in the background.
+        # A training run replaces the checkpoint folder: the server reloads it in the background. Its model card
+        # says untrained, and so does every status from then on.
         staging = make_tiny_checkpoint(tmp_path / "staging", seed=1)
+        (staging / "README.md").write_text("# tiny DICE (untrained)\n\nRandom weights for plumbing tests.\n")
         shutil.rmtree(checkpoint)
         staging.rename(checkpoint)
         second = await wait_ready(client, timeout=60, loads=2)
         assert second["checkpointId"] != first["checkpointId"]
+        assert second["untrained"] is True and statuses(client)[-1]["untrained"] is True
 
         # A broken write keeps the old model serving and reports why.
         (checkpoint / "config.json").write_text("{ not json")
