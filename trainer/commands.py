@@ -1,4 +1,4 @@
-"""The `dice-copilot train ...` command group: tokenizer, CuKe data, pretraining corpus, SFT and RL."""
+"""The `dice-copilot train ...` command group: tokenizer, CuKe data, pretraining corpus, SFT, RL and whole recipes."""
 
 import importlib
 
@@ -8,6 +8,7 @@ TRAIN_MODULES = [
     "dice_copilot.trainer.tokenizer_training",
     "dice_copilot.trainer.cuke.commands",
     "dice_copilot.trainer.corpus.commands",
+    "dice_copilot.trainer.recipe",
 ]
 
 MULTI_GPU_HINT = ("For several GPUs run it under `accelerate launch --config_file "

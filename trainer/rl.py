@@ -33,14 +33,15 @@ from pathlib import Path
 import torch
 
 from .rl_config import RLConfig, RLConfigError, load_rl_config
-from .rl_data import RLDataError, RLTask, check_task_files, load_rl_tasks, tasks_for_step
+from .rl_data import RLDataError, RLTask, check_task_files, load_rl_tasks, tasks_from
 from .rl_rewards import KernelReward, Reward, RewardError, group_advantages
 from .rl_trace import TraceBatch, TraceSample, collate_trace_rows, policy_logprobs, trace_loss, trace_row
 from .sft import SFTError, build_model_and_tokenizer, parse_overrides
 from .sft_config import SFTConfigError
 from .sft_loss import FlexMaskBuilder, dense_layout_mask
 from .training_run import (
-    CHECKPOINT_DIR, attention_backend, keep_steps_up_to, make_accelerator, prepare_run, save_run, write_loss_curve,
+    CHECKPOINT_DIR, attention_backend, continuation_warmup, keep_steps_up_to, make_accelerator, prepare_run, save_run,
+    write_loss_curve,
 )
 
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -60,6 +61,10 @@ class RLState:
     """Saved with every resumable state: the RL steps done and what each logged."""
 
     step: int = 0
+    # Tasks taken so far (over every pass of the task files): the next step takes the tasks from this one on.
+    rows_consumed: int = 0
+    # The step at which this run's optimizer was created: 0, or a continuation's start_step.
+    optimizer_start_step: int = 0
     history: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
 
@@ -70,6 +75,10 @@ class RLResult:
     # The metrics of every RL step, resumed ones included (reward_mean, correct_rate, loss, kl, ...).
     history: list[dict]
     checkpoint_dir: Path | None
+    # Tasks taken so far: where the next step would read.
+    rows_consumed: int = 0
+    # Steps the run was to take (rl_steps); `steps` is less when max_minutes stopped it first.
+    planned_steps: int = 0
 
 
 def train_rl(config: RLConfig, reward_fn=None) -> RLResult:
@@ -130,6 +139,8 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
     if config.max_prompt_tokens + config.max_new_tokens + model_config.block_size > model_config.max_position_embeddings:
         raise RLError(f"max_prompt_tokens ({config.max_prompt_tokens}) + max_new_tokens ({config.max_new_tokens}) "
                       f"exceeds the model's {model_config.max_position_embeddings} positions; lower one of them")
+    if config.start_step > config.rl_steps:
+        raise RLError(f"start_step {config.start_step} is past the run's {config.rl_steps} steps; raise rl_steps")
 
     rollout_dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32, "bfloat16": torch.bfloat16,
                      "float16": torch.float16, "float32": torch.float32}[config.rollout_dtype]
@@ -150,9 +161,13 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
     model, optimizer, logger = run.model, run.optimizer, run.logger
     flex = attention_backend(config, device) == "flex"
     build_mask = FlexMaskBuilder().layout_mask if flex else dense_layout_mask
-    state = RLState(config=config_fields)
+    state = RLState(step=config.start_step, rows_consumed=config.data_offset_rows,
+                    optimizer_start_step=config.start_step, config=config_fields)
     if run.saved is not None:
-        state = RLState(step=run.saved["step"], history=run.saved["history"], config=config_fields)
+        saved = run.saved
+        state = RLState(step=saved["step"], history=saved["history"], config=config_fields,
+                        rows_consumed=saved.get("rows_consumed", saved["step"] * saved["config"]["tasks_per_step"]),
+                        optimizer_start_step=saved.get("optimizer_start_step", 0))
 
     if accelerator.is_main_process:
         keep_steps_up_to(output_dir / ROLLOUTS_FILE, state.step)
@@ -160,16 +175,23 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
                            build_mask, FLEX_ROW_MULTIPLE if flex else 1)
     try:
         for step in range(state.step, config.rl_steps):
-            metrics = run_step(step, tasks_for_step(tasks, step, config.tasks_per_step))
-            if held_out and ((step + 1) % config.eval_every_steps == 0 or step + 1 == config.rl_steps):
+            for group in optimizer.param_groups:
+                group["lr"] = config.learning_rate * continuation_warmup(step, state.optimizer_start_step,
+                                                                         config.resume_warmup_steps)
+            metrics = run_step(step, tasks_from(tasks, state.rows_consumed, config.tasks_per_step))
+            stopping = step + 1 == config.rl_steps or run.past_deadline()
+            if held_out and ((step + 1) % config.eval_every_steps == 0 or stopping):
                 metrics.update(run_step.evaluate(held_out))
             state.step = step + 1
+            state.rows_consumed += config.tasks_per_step
             state.history.append({"step": state.step, **metrics})
             logger.log_step(state.step, {"reward": f"{metrics['reward_mean']:.3f}",
                                          "correct": f"{metrics['correct_rate']:.2f}"}, **metrics)
             periodic = config.save_every_steps and state.step % config.save_every_steps == 0
-            if periodic or state.step == config.rl_steps:
+            if periodic or stopping:
                 save_run(accelerator, model, tokenizer, state, config, output_dir)
+            if stopping:
+                break
     finally:
         logger.close()
     checkpoint = output_dir / CHECKPOINT_DIR
@@ -177,7 +199,8 @@ def run_rl(config: RLConfig, model, tokenizer, tasks: list[RLTask], reward_fn, a
         write_loss_curve([[h["step"], h["reward_mean"]] for h in state.history], output_dir / REWARD_CURVE_FILE,
                          label="mean reward", ylabel="mean reward per response", log_scale=False)
     accelerator.wait_for_everyone()
-    return RLResult(state.step, state.history, checkpoint if checkpoint.is_dir() else None)
+    return RLResult(state.step, state.history, checkpoint if checkpoint.is_dir() else None, state.rows_consumed,
+                    config.rl_steps)
 
 
 @dataclass

@@ -51,7 +51,8 @@ class RLConfig(TrainingConfig):
     # shift onto other tasks' responses (docs/decoding.md#differences-from-the-released-code).
     max_prompt_tokens: int = 1500
     # RL steps (rollout -> reward -> update). Step s takes tasks [s*T, (s+1)*T) of the file order, modulo the
-    # number of tasks: easy -> hard, as DICE's sequential_select.
+    # number of tasks: easy -> hard, as DICE's sequential_select. (A step reads on from the tasks taken so far, so a
+    # continuation that changes tasks_per_step still skips and repeats none.)
     rl_steps: int = 100
     tasks_per_step: int = 64
     # Responses sampled per task; advantages are z-scored within each group.

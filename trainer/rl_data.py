@@ -91,4 +91,9 @@ def load_rl_tasks(files: list[str], stage: str, tokenizer, max_prompt_tokens: in
 
 def tasks_for_step(tasks: list[RLTask], step: int, per_step: int) -> list[RLTask]:
     """Step `step`'s tasks (0-based): the next `per_step` of the file order, wrapping around."""
-    return [tasks[(step * per_step + i) % len(tasks)] for i in range(per_step)]
+    return tasks_from(tasks, step * per_step, per_step)
+
+
+def tasks_from(tasks: list[RLTask], first: int, count: int) -> list[RLTask]:
+    """`count` tasks of the file order from task `first` on (counted over every pass), wrapping around."""
+    return [tasks[(first + i) % len(tasks)] for i in range(count)]

@@ -25,7 +25,9 @@ from .sft_config import SFTConfig, SFTConfigError, load_sft_config
 from .sft_data import RowStream, SFTDataError, SFTSample, check_train_files, load_sft_samples
 from .sft_loss import FlexMaskBuilder, add_noise, attention_pairs, dense_diffusion_mask, diffusion_loss_sum
 from .tokenizer_training import MASK
-from .training_run import CHECKPOINT_DIR, attention_backend, make_accelerator, prepare_run, save_run, write_loss_curve
+from .training_run import (
+    CHECKPOINT_DIR, attention_backend, continuation_warmup, make_accelerator, prepare_run, save_run, write_loss_curve,
+)
 
 LOSS_CURVE_FILE = "loss_curve.png"
 
@@ -52,6 +54,12 @@ class SFTResult:
     tokens_per_step: list[int] = field(default_factory=list)
     # Model FLOPs per optimizer step over all processes (3x forward, as MFU is counted).
     flops_per_step: list[float] = field(default_factory=list)
+    # (step, held-out loss) of every evaluation of the run (eval_files), resumed ones included.
+    eval_losses: list[tuple[int, float]] = field(default_factory=list)
+    # Packed rows of the row stream consumed so far: where the next step would read.
+    rows_consumed: int = 0
+    # Steps the run was to take in all; `steps` is less when max_minutes stopped it first.
+    planned_steps: int = 0
 
 
 # --- model and tokenizer -------------------------------------------------------------------------------------
@@ -221,15 +229,23 @@ class TrainerState:
     """Saved with every resumable state: where the run is and what it logged so far."""
 
     step: int = 0
-    # Rows per optimizer step when saved: the data position is step * global_rows.
+    # Rows per optimizer step when saved.
     global_rows: int = 0
+    # Stream rows consumed: the next step reads rows [rows_consumed, rows_consumed + global_rows).
+    rows_consumed: int = 0
+    # The step at which the optimizer and scheduler of this run were created: 0, or a continuation's start_step.
+    optimizer_start_step: int = 0
     losses: list[list[float]] = field(default_factory=list)  # [step, loss]
+    eval_losses: list[list[float]] = field(default_factory=list)  # [step, held-out loss]
     config: dict = field(default_factory=dict)
 
 
 def train_sft(config: SFTConfig) -> SFTResult:
     """Run SFT as configured (in this process; under `accelerate launch` in each of its processes)."""
     check_train_files(config.train_files)
+    missing = [f for f in config.eval_files if not Path(f).is_file()]
+    if missing:
+        raise SFTDataError(f"held-out file(s) in eval_files not found: {', '.join(missing)}")
     accelerator = make_accelerator(config)
     model, tokenizer = build_model_and_tokenizer(config)
     samples, stats = load_sft_samples(
@@ -242,13 +258,19 @@ def train_sft(config: SFTConfig) -> SFTResult:
             f"model {model.config.num_parameters / 1e6:.1f}M parameters",
             file=sys.stderr,
         )
-    return run_training(config, model, tokenizer, samples, accelerator)
+    held_out = []
+    if config.eval_files:
+        held_out, _ = load_sft_samples(
+            config.eval_files, tokenizer, model.config.block_size, model.config.pad_token_id, config.seq_len
+        )
+    return run_training(config, model, tokenizer, samples, accelerator, held_out=held_out)
 
 
 def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], accelerator=None,
-                 save_outputs: bool = True) -> SFTResult:
-    """The optimizer loop over a model and tokenized samples. Benchmarks call it directly with
-    `save_outputs=False`: no resumable states, no HF checkpoint, no loss curve (tokenizer may then be None)."""
+                 save_outputs: bool = True, held_out: list[SFTSample] = ()) -> SFTResult:
+    """The optimizer loop over a model and tokenized samples; the loss on `held_out` samples is measured every
+    eval_every_steps steps and at the end. Benchmarks call it directly with `save_outputs=False`: no resumable
+    states, no HF checkpoint, no loss curve (tokenizer may then be None)."""
     accelerator = accelerator or make_accelerator(config)
     output_dir = Path(config.output_dir)
     model_config = model.config
@@ -261,30 +283,47 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
     rows_per_epoch = len(stream.epoch_rows(0))
     total_steps = config.max_steps or max(1, math.ceil(config.epochs * rows_per_epoch / global_rows))
     warmup = config.warmup_steps if config.warmup_steps is not None else math.ceil(config.warmup_ratio * total_steps)
+    if config.start_step > total_steps:
+        raise SFTError(f"start_step {config.start_step} is past the run's {total_steps} steps; raise max_steps")
 
     def resume_warning(saved: dict) -> str | None:
         if saved["global_rows"] == global_rows:
             return None
         return (f"the global batch changed from {saved['global_rows']} to {global_rows} rows; training continues at "
-                f"row {saved['step'] * global_rows} of the data stream, which is not an exact resume")
+                f"the next row of the data stream with other batches, which is not an exact resume")
+
+    # The scheduler counts from the step its optimizer was created at (a continuation's start_step; a resumed
+    # state says its own), so that the schedule of step s is the same however the run got there.
+    optimizer_start = [config.start_step]
+
+    def lr_factor(count: int) -> float:
+        step = optimizer_start[0] + count
+        return (lr_multiplier(step, config.schedule, warmup, total_steps, config.min_lr_ratio)
+                * continuation_warmup(step, optimizer_start[0], config.resume_warmup_steps))
 
     run = prepare_run(
         config, model, accelerator, "sft", total_steps, fixed_shapes=True, resume_warning=resume_warning,
-        make_scheduler=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_multiplier(step, config.schedule, warmup, total_steps, config.min_lr_ratio)),
+        make_scheduler=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor),
     )
     model, optimizer, scheduler, logger = run.model, run.optimizer, run.scheduler, run.logger
-    state = TrainerState(global_rows=global_rows, config=asdict(config))
+    state = TrainerState(step=config.start_step, global_rows=global_rows, rows_consumed=config.data_offset_rows,
+                         optimizer_start_step=config.start_step, config=asdict(config))
     if run.saved is not None:
-        state = replace(state, step=run.saved["step"], losses=run.saved["losses"])
+        saved = run.saved
+        state = replace(state, step=saved["step"], losses=saved["losses"],
+                        rows_consumed=saved.get("rows_consumed", saved["step"] * saved["global_rows"]),
+                        optimizer_start_step=saved.get("optimizer_start_step", 0),
+                        eval_losses=saved.get("eval_losses", []))
+        optimizer_start[0] = state.optimizer_start_step
+    held_out_loss = _HeldOutLoss(config, held_out, model_config, accelerator, build_mask) if held_out else None
     peak = device_peak_flops(config, device)
     first_step = state.step
     result = SFTResult(steps=state.step, final_loss=float("nan"), checkpoint_dir=None,
-                       losses=[(int(s), float(v)) for s, v in state.losses])
+                       losses=[(int(s), float(v)) for s, v in state.losses], planned_steps=total_steps)
     try:
         for step in range(first_step, total_steps):
             started = time.perf_counter()
-            first_row = step * global_rows
+            first_row = state.rows_consumed
             answer_tokens = stream.answer_tokens(range(first_row, first_row + global_rows))
             loss_sum = torch.zeros((), device=device, dtype=torch.float64)
             counts = torch.zeros(3, device=device, dtype=torch.float64)  # masked tokens, real tokens, flops
@@ -319,6 +358,7 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
             loss = loss_total / answer_tokens
             elapsed = time.perf_counter() - started
             state.step = step + 1
+            state.rows_consumed += global_rows
             state.losses.append([state.step, loss])
             result.losses.append((state.step, loss))
             result.step_times.append(elapsed)
@@ -329,25 +369,66 @@ def run_training(config: SFTConfig, model, tokenizer, samples: list[SFTSample], 
             postfix = {"loss": f"{loss:.4f}", "tok/s": f"{tokens_per_s:.0f}"}
             if mfu is not None:
                 postfix["mfu"] = f"{100 * mfu:.1f}%"
+            stopping = state.step == total_steps or run.past_deadline()
+            eval_loss = None
+            if held_out_loss is not None and (state.step % config.eval_every_steps == 0 or stopping):
+                eval_loss = held_out_loss(model)
+                state.eval_losses.append([state.step, eval_loss])
             logger.log_step(
                 state.step, postfix, loss=loss, lr=scheduler.get_last_lr()[0],
                 grad_norm=None if grad_norm is None else float(grad_norm),
                 masked_fraction=masked_total / answer_tokens, tokens_per_s=tokens_per_s, mfu=mfu,
-                epoch=stream.epoch_of(first_row),
+                epoch=stream.epoch_of(first_row), eval_loss=eval_loss,
             )
             periodic = config.save_every_steps and state.step % config.save_every_steps == 0
-            if save_outputs and (periodic or state.step == total_steps):
+            if save_outputs and (periodic or stopping):
                 save_run(accelerator, model, tokenizer, state, config, output_dir)
+            if stopping:
+                break
     finally:
         logger.close()
     result.steps = state.step
+    result.rows_consumed = state.rows_consumed
     result.final_loss = state.losses[-1][1] if state.losses else float("nan")
+    result.eval_losses = [(int(s), float(v)) for s, v in state.eval_losses]
     checkpoint = output_dir / CHECKPOINT_DIR
     result.checkpoint_dir = checkpoint if save_outputs and checkpoint.is_dir() else None
     if save_outputs and accelerator.is_main_process:
         write_loss_curve(state.losses, output_dir / LOSS_CURVE_FILE)
     accelerator.wait_for_everyone()
     return result
+
+
+class _HeldOutLoss:
+    """The diffusion loss on held-out samples under the current weights: the first eval_rows packed rows of their
+    own stream (epoch 0 of the run's seed), with the same fixed noise at every evaluation, so that evaluations of
+    one run (and of runs with the same seed) compare. Each process scores every world-th row; all run the same
+    number of forwards (a share that runs short scores a zero-weighted copy), as FSDP's collectives need."""
+
+    def __init__(self, config: SFTConfig, samples: list[SFTSample], model_config, accelerator, build_mask):
+        self.config, self.model_config, self.accelerator, self.build_mask = config, model_config, accelerator, build_mask
+        self.stream = RowStream(samples, config.seq_len, config.packing, config.seed)
+        rows = range(min(config.eval_rows, len(self.stream.epoch_rows(0))))
+        world, size = accelerator.num_processes, config.per_device_batch_size
+        mine = list(rows[accelerator.process_index::world])
+        chunks = math.ceil(math.ceil(len(rows) / world) / size)
+        self.batches = [mine[c * size:(c + 1) * size] for c in range(chunks)]
+        self.answer_tokens = self.stream.answer_tokens(rows)
+
+    @torch.no_grad()
+    def __call__(self, model) -> float:
+        config, device = self.config, self.accelerator.device
+        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+        for rows in self.batches:
+            weight = 1.0 if rows else 0.0
+            batch = self.stream.batch(rows or [0], self.model_config.pad_token_id)
+            noised = add_noise(batch, self.model_config.mask_token_id, config.noise_eps, config.max_noise_retries,
+                               config.seed)
+            batch, noised = batch.to(device), noised.to(device)
+            with self.accelerator.autocast():
+                part, _ = diffusion_loss_sum(model, batch, noised, self.build_mask(batch, self.model_config.block_size))
+            loss_sum += weight * part.double()
+        return float(self.accelerator.reduce(loss_sum, reduction="sum")) / self.answer_tokens
 
 
 # --- command line -----------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ class SFTConfig(TrainingConfig):
 
     kind = "SFT"
     error = SFTConfigError
-    path_list_fields = ("train_files",)
+    path_list_fields = ("train_files", "eval_files")
 
     # --- model -------------------------------------------------------------------------------------------
     model: str = "tiny"
@@ -38,6 +38,13 @@ class SFTConfig(TrainingConfig):
     seq_len: int = 6144
     # Pack several samples into one row (block-diagonal attention between them); False = one sample per row.
     packing: bool = True
+    # Held-out JSONL files in the shapes train_files take (e.g. the pretraining corpus's heldout.jsonl), never
+    # trained on: their diffusion loss (`eval_loss`, with the same fixed noise each time) is measured every
+    # `eval_every_steps` steps and after the last. Empty: no evaluation.
+    eval_files: list[str] = field(default_factory=list)
+    eval_every_steps: int = 500
+    # Packed rows of the held-out files scored per evaluation (the first ones of their shuffled stream).
+    eval_rows: int = 64
 
     # --- diffusion objective (docs/decoding.md#block-diffusion-sft) -----------------------------------------
     # Masking probability p = (1 - eps) * t + eps with t ~ U(0, 1) drawn once per sample.
@@ -79,6 +86,8 @@ class SFTConfig(TrainingConfig):
     def own_field_checks(self) -> list[tuple[str, bool, str]]:
         return [
             ("seq_len", self.seq_len >= 1, "must be >= 1"),
+            ("eval_every_steps", self.eval_every_steps >= 1, "must be >= 1"),
+            ("eval_rows", self.eval_rows >= 1, "must be >= 1"),
             ("epochs", self.epochs > 0, "must be > 0"),
             ("max_steps", self.max_steps is None or self.max_steps >= 1, "must be >= 1 or unset"),
             ("schedule", self.schedule in SCHEDULES, f"must be one of {SCHEDULES}"),

@@ -13,6 +13,8 @@ from .config_files import config_from_dict, read_config_values
 MIXED_PRECISION = ("bf16", "fp16", "no")
 ATTENTION_BACKENDS = ("auto", "flex", "dense")
 SAVE_DTYPES = ("bfloat16", "float16", "float32")
+# Fields holding one path, resolved against a config file's folder when read with `TrainingConfig.load`.
+PATH_FIELDS = ("tokenizer", "output_dir", "init_weights")
 
 
 @dataclass(kw_only=True)
@@ -38,6 +40,10 @@ class TrainingConfig:
     model_overrides: dict[str, Any] = field(default_factory=dict)
     # Block size to train at; None keeps the checkpoint's (DICE: 4). Inference must use the same value.
     block_size: int | None = None
+    # A checkpoint folder (HF layout, bf16 or fp32) whose weights replace the model's before the first step of a run
+    # that finds no state to resume: the exported checkpoint of an interrupted run whose `state/` was lost (a fresh
+    # machine that got only the weights back). The architecture still comes from `model`; the shapes must match.
+    init_weights: str | None = None
 
     # --- optimisation ------------------------------------------------------------------------------------
     # Rows per GPU per micro-step.
@@ -52,6 +58,17 @@ class TrainingConfig:
     # Global gradient-norm clip; 0 disables clipping.
     max_grad_norm: float = 1.0
     seed: int
+
+    # --- continuing from weights alone (init_weights) ----------------------------------------------------
+    # Steps an earlier run of this training already took: the run counts, schedules and seeds its steps from
+    # here, as the uninterrupted run would have. Needs `init_weights` (the weights those steps made).
+    start_step: int = 0
+    # Data rows the earlier run consumed (SFT: packed rows of the row stream; RL: tasks of the task files): the
+    # next step reads from this row on, so no row is seen twice or skipped.
+    data_offset_rows: int = 0
+    # A continuation's optimizer starts without its moments: the learning rate ramps up linearly over this many
+    # steps after `start_step` (on top of the schedule). Not applied to a run that resumes from a state.
+    resume_warmup_steps: int = 0
 
     # --- speed -------------------------------------------------------------------------------------------
     # Autocast precision with fp32 master weights; "bf16" falls back to "no" on a CPU-only machine.
@@ -81,6 +98,12 @@ class TrainingConfig:
     save_every_steps: int
     # Weight dtype of the exported HF checkpoint ("bfloat16" as DICE ships, "float16" or "float32").
     save_dtype: str = "bfloat16"
+    # Largest weight file of the exported checkpoint in bytes (a larger model is sharded); None: Hugging Face's
+    # default (5 GB). A single tensor larger than this gets a file of its own.
+    max_shard_bytes: int | None = None
+    # Stop after the first step that ends this many minutes after the run started, writing the checkpoint and a
+    # state as at the end (a machine that allows commands of limited length); None: no limit.
+    max_minutes: float | None = None
     # Resumable states kept on disk (older ones are deleted).
     keep_last_states: int = 2
     # Continue from the newest state in output_dir/state when one exists.
@@ -113,8 +136,15 @@ class TrainingConfig:
             ("attention_backend", self.attention_backend in ATTENTION_BACKENDS,
              f"must be one of {ATTENTION_BACKENDS}"),
             ("block_size", self.block_size is None or self.block_size >= 1, "must be >= 1 or unset"),
+            ("start_step", self.start_step >= 0, "must be >= 0"),
+            ("start_step", self.start_step == 0 or self.init_weights is not None,
+             "needs init_weights: the checkpoint those steps made"),
+            ("data_offset_rows", self.data_offset_rows >= 0, "must be >= 0"),
+            ("resume_warmup_steps", self.resume_warmup_steps >= 0, "must be >= 0"),
             ("save_dtype", self.save_dtype in SAVE_DTYPES, f"must be one of {SAVE_DTYPES}"),
             ("save_every_steps", self.save_every_steps >= 0, "must be >= 0"),
+            ("max_shard_bytes", self.max_shard_bytes is None or self.max_shard_bytes >= 1, "must be >= 1 or unset"),
+            ("max_minutes", self.max_minutes is None or self.max_minutes > 0, "must be > 0 or unset"),
             ("keep_last_states", self.keep_last_states >= 1, "must be >= 1"),
             ("log_every_steps", self.log_every_steps >= 1, "must be >= 1"),
         ]
@@ -131,7 +161,7 @@ class TrainingConfig:
     def load(cls, path: str | Path, **overrides):
         """Read a TOML (.toml) or YAML (.yaml/.yml) file over the defaults; relative paths are taken from the file's
         folder (`model` too when that folder holds it). `overrides` (e.g. from the command line) win over the file."""
-        values = read_config_values(path, cls.kind, cls.error, path_fields=("tokenizer", "output_dir"),
+        values = read_config_values(path, cls.kind, cls.error, path_fields=PATH_FIELDS,
                                     path_list_fields=cls.path_list_fields)
         values.update(overrides)
         return cls.from_dict(values, source=str(path))

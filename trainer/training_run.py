@@ -1,8 +1,14 @@
 """What an SFT run and an RL run share around their loops: the accelerator, the setup before the first step (model
 and optimizer prepared, the newest saved state loaded, the logger), the saved checkpoints and states, the curve.
 
-A run folder holds `checkpoint/` (the HF layout the server loads, replaced atomically), `state/step-N/` (accelerate's
-state plus `trainer_state.json`: what an exact resume needs), `metrics.jsonl` and `tensorboard/`.
+A run folder holds `checkpoint/` (the HF layout the server loads, replaced atomically, with `training_position.json`:
+the steps and data rows that made those weights), `state/step-N/` (accelerate's state plus `trainer_state.json`: what
+an exact resume needs), `metrics.jsonl` and `tensorboard/`.
+
+Two ways to continue an interrupted run: from its newest state (exact: optimizer moments, scheduler, data position),
+or, where only the exported checkpoint survived, from its weights (`init_weights`) at the position its
+training_position.json records (`start_step`, `data_offset_rows`), with a fresh optimizer whose learning rate ramps
+up over `resume_warmup_steps`.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +30,8 @@ STATE_DIR = "state"
 CHECKPOINT_DIR = "checkpoint"
 TRAINER_STATE_FILE = "trainer_state.json"
 METRICS_FILE = "metrics.jsonl"
+# In the exported checkpoint: {"step", "rows_consumed"} of the weights, what a weights-only continuation starts from.
+POSITION_FILE = "training_position.json"
 
 
 def make_accelerator(config: TrainingConfig):
@@ -62,9 +71,14 @@ class PreparedRun:
     model: Any
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    # The trainer_state.json of the state the run resumed from; None for a run from step 0.
+    # The trainer_state.json of the state the run resumed from; None for a run that found no state.
     saved: dict | None
     logger: "RunLogger"
+    # When the run should stop (time.monotonic() seconds; config.max_minutes after the setup began), or None.
+    deadline: float | None = None
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 def prepare_run(config: TrainingConfig, model, accelerator, name: str, total_steps: int, *, fixed_shapes: bool,
@@ -74,8 +88,17 @@ def prepare_run(config: TrainingConfig, model, accelerator, name: str, total_ste
     device (gradient checkpointing as configured; each layer compiled on CUDA, for one shape when `fixed_shapes`),
     AdamW, both prepared together (FSDP2 re-points the optimizer at the sharded parameters), the scheduler built on
     the prepared optimizer and registered for checkpointing, then the newest complete state in output_dir/state
-    loaded (when config.resume) and the run's logger. `name` ("sft", "rl") prefixes its messages; `resume_warning`
-    says, from the saved trainer state, why a resume would not be exact (None: it is)."""
+    loaded (when config.resume) — or, where there is none, the weights of config.init_weights — and the run's logger.
+    `name` ("sft", "rl") prefixes its messages; `resume_warning` says, from the saved trainer state, why a resume
+    would not be exact (None: it is)."""
+    started = time.monotonic()
+    output_dir = Path(config.output_dir)
+    latest = latest_state(output_dir) if config.resume else None
+    if latest is None and config.init_weights is not None:
+        load_initial_weights(model, config)
+        if accelerator.is_main_process:
+            print(f"{name}: continuing from the weights of {config.init_weights} at step {config.start_step}, data "
+                  f"row {config.data_offset_rows}, with a fresh optimizer", file=sys.stderr)
     device = accelerator.device
     model.gradient_checkpointing = config.gradient_checkpointing
     model.train()
@@ -93,8 +116,6 @@ def prepare_run(config: TrainingConfig, model, accelerator, name: str, total_ste
     if scheduler is not None:
         accelerator.register_for_checkpointing(scheduler)
 
-    output_dir = Path(config.output_dir)
-    latest = latest_state(output_dir) if config.resume else None
     saved = None
     if latest is not None:
         accelerator.load_state(str(latest))
@@ -104,9 +125,30 @@ def prepare_run(config: TrainingConfig, model, accelerator, name: str, total_ste
             warning = resume_warning(saved) if resume_warning is not None else None
             if warning:
                 print(f"{name}: warning: {warning}", file=sys.stderr)
-    first_step = saved["step"] if saved is not None else 0
+    first_step = saved["step"] if saved is not None else config.start_step
     logger = RunLogger(config, output_dir, accelerator.is_main_process, first_step, total_steps, name)
-    return PreparedRun(model, optimizer, scheduler, saved, logger)
+    deadline = started + 60 * config.max_minutes if config.max_minutes is not None else None
+    return PreparedRun(model, optimizer, scheduler, saved, logger, deadline)
+
+
+def load_initial_weights(model, config: TrainingConfig) -> None:
+    """Copy the weights of the checkpoint folder config.init_weights into `model` (fp32 master weights from bf16 or
+    fp32 files); a checkpoint of another shape is the config's error."""
+    from dice_copilot.model import CheckpointError, load
+
+    try:
+        source, _ = load(config.init_weights, device="cpu", dtype=torch.float32)
+        model.load_state_dict(source.state_dict())
+    except (CheckpointError, RuntimeError) as err:
+        raise config.error(f"init_weights = {config.init_weights!r} cannot start this run's model: {err}") from err
+
+
+def continuation_warmup(step: int, optimizer_start_step: int, warmup_steps: int) -> float:
+    """Learning-rate factor at `step` for an optimizer created at `optimizer_start_step` without its moments (a
+    weights-only continuation): a linear ramp over `warmup_steps`; 1 for an optimizer that started at step 0."""
+    if optimizer_start_step == 0 or warmup_steps == 0:
+        return 1.0
+    return min(1.0, (step - optimizer_start_step + 1) / (warmup_steps + 1))
 
 
 def latest_state(output_dir: Path) -> Path | None:
@@ -183,9 +225,10 @@ def keep_steps_up_to(path: Path, step: int) -> None:
 
 
 def save_run(accelerator, model, tokenizer, state, config: TrainingConfig, output_dir: Path) -> None:
-    """Write the HF checkpoint the server loads (checkpoint/, replaced atomically by `dice_copilot.model.save`),
-    then the resumable state (state/step-N, written to a temp folder and renamed when complete). `state` is the
-    trainer's state dataclass, saved as trainer_state.json; it has the `step` it was saved at."""
+    """Write the HF checkpoint the server loads (checkpoint/, replaced atomically by `dice_copilot.model.save`, with
+    its training_position.json), then the resumable state (state/step-N, written to a temp folder and renamed when
+    complete). `state` is the trainer's state dataclass, saved as trainer_state.json; it has the `step` it was saved
+    at and the `rows_consumed` of the data."""
     states = output_dir / STATE_DIR
     final = states / f"step-{state.step}"
     staging = states / f".step-{state.step}.tmp"
@@ -198,8 +241,10 @@ def save_run(accelerator, model, tokenizer, state, config: TrainingConfig, outpu
     if accelerator.is_main_process:
         from dice_copilot.model import save
 
+        position = {"step": state.step, "rows_consumed": state.rows_consumed}
+        shards = {} if config.max_shard_bytes is None else {"max_shard_bytes": config.max_shard_bytes}
         save(export_model(accelerator.unwrap_model(model).config, full_state, config.save_dtype), tokenizer,
-             output_dir / CHECKPOINT_DIR)
+             output_dir / CHECKPOINT_DIR, extra_files={POSITION_FILE: json.dumps(position) + "\n"}, **shards)
     if accelerator.is_main_process:
         (staging / TRAINER_STATE_FILE).write_text(json.dumps(asdict(state)) + "\n")
         shutil.rmtree(final, ignore_errors=True)
