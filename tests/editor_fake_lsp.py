@@ -11,13 +11,18 @@ empty; `untrained` is what every status and showStatus say of the "checkpoint" o
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
-from pathlib import Path
 
-from lsprotocol import types
-from pygls.lsp.server import LanguageServer
+if "--help" in sys.argv:  # as `dice-copilot serve --help`, which :checkhealth runs: answered before the slow imports
+    print(__doc__)
+    sys.exit(0)
+
+import asyncio  # noqa: E402
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from lsprotocol import types  # noqa: E402
+from pygls.lsp.server import LanguageServer  # noqa: E402
 
 COMMANDS = ["diceCopilot.didAccept", "diceCopilot.generateKernel", "diceCopilot.validateKernel",
             "diceCopilot.cancelJob", "diceCopilot.showStatus"]
