@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dice_copilot.validator.verdict import Stage
+from dice_copilot.validator.verdict import Outcome as VerdictOutcome, Stage
 
 from .records import PairRecord, builtin_records, jsonl_records
 from .report import write_report
@@ -183,6 +183,9 @@ class ValidationRun:
     stage_seconds_per_pair: dict[str, float] = field(default_factory=dict)  # where a build's time goes
     worker_replacements: int = 0  # worker processes restarted after a crash, hang or sticky CUDA error
     setup_seconds: float = 0.0  # precompiling the common torch headers: once per machine, not per pair
+    # Verdicts this machine could not reach (a missing toolkit piece, a validator fault): not stored, so a rerun on
+    # a fixed machine validates those pairs; reason -> pairs.
+    not_checked: dict[str, int] = field(default_factory=dict)
 
 
 DRAIN_SECONDS = 45
@@ -207,6 +210,7 @@ def validate_pending(pending: list[PairRecord], store: ResultStore, config: Buil
         pool.builder.prepare_common_headers()
     start = time.perf_counter()
     done = 0
+    not_checked: dict[str, int] = {}
 
     def until_deadline():
         for r in pending:
@@ -221,18 +225,22 @@ def validate_pending(pending: list[PairRecord], store: ResultStore, config: Buil
             give_up = None if deadline is None else deadline + DRAIN_SECONDS
             for index, verdict in pool.validate_iter(until_deadline(), policy="strict", budget=budget,
                                                      give_up_at=give_up):
+                bar.update(1)
+                if verdict.outcome is VerdictOutcome.NOT_CHECKED:
+                    reason = verdict.failure or str(verdict.failure_code)
+                    not_checked[reason] = not_checked.get(reason, 0) + 1
+                    continue
                 row = {"uid": pending[index].uid, "verdict": _compact(json.loads(verdict.to_json())),
                        "mode": store.mode}
                 for stage, spent in verdict.stage_times.items():
                     stage_seconds[stage] = stage_seconds.get(stage, 0.0) + spent
                 store.append([row])
                 done += 1
-                bar.update(1)
     finally:
         pool.shutdown()
     per_pair = {stage: round(total / done, 3) for stage, total in sorted(stage_seconds.items())} if done else {}
     return ValidationRun(done, time.perf_counter() - start, gpus, per_pair, pool.worker_replacements,
-                         round(start - setup_start, 1))
+                         round(start - setup_start, 1), not_checked)
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -388,5 +396,6 @@ def run_build(config: BuildConfig) -> dict:
            "pairs_per_minute": round(60 * validated / seconds, 1) if seconds else None,
            "pairs_per_gpu_minute": round(60 * validated / (seconds * gpus), 1) if seconds and gpus else None,
            "stage_seconds_per_pair": validation.stage_seconds_per_pair,
-           "worker_replacements": validation.worker_replacements, "setup_seconds": validation.setup_seconds}
+           "worker_replacements": validation.worker_replacements, "setup_seconds": validation.setup_seconds,
+           "not_checked": validation.not_checked}
     return write_report(out, config, list(outcomes.values()), datasets, train, run, len(contamination))

@@ -96,6 +96,9 @@ def _markdown(stats: dict) -> str:
     lines += [f"- validated this run: {run['validated_this_run']} in {run['validation_seconds']} s on {run['gpus']} GPU(s)"
               + (f" — {run['pairs_per_minute']} pairs/min, {run['pairs_per_gpu_minute']} pairs per GPU-minute"
                  if run["pairs_per_minute"] else ""), ""]
+    for reason, pairs in run.get("not_checked", {}).items():
+        lines += [f"- **not checked on this machine** (not stored; a rerun on a machine that has what is missing "
+                  f"validates them): {pairs} pairs: {reason}", ""]
     table = stats["speedup_pass_counts"]
     if table:
         lines += ["## Correct pairs reaching each speedup, per level", "",
