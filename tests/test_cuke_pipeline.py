@@ -380,3 +380,30 @@ def test_stored_verdicts_keep_a_compiler_log_only_where_the_build_failed():
     assert failed["compiler_log"].startswith("[...]") and len(failed["compiler_log"]) <= 2005
     timed = pipeline._compact({"stage": "timed", "passed": True, "compiler_log": log})
     assert timed["compiler_log"] == ""
+
+
+class MachineLacksHeadersPool(FakePool):
+    """Every verdict says this machine could not check the pair (a toolkit header is missing)."""
+
+    def validate_iter(self, items, policy="ide", budget=None, give_up_at=None):
+        from dice_copilot.validator import Verdict
+        for index, _ in enumerate(items):
+            yield index, Verdict(stage="compile", failed_stage="compile", passed=False, failure_code="environment",
+                                 failure="this machine lacks cusparse.h", stage_times={"compile": 1.0})
+
+
+def test_pairs_this_machine_could_not_check_are_validated_again_on_a_fixed_machine(tmp_path, monkeypatch):
+    pytest.importorskip("dice_copilot.validator", reason="validator package not available")
+    common = ["--generators", "softmax", "--scale", "0.02", "--min-speedup", "1.5"]
+    monkeypatch.setattr("dice_copilot.validator.ValidatorPool", MachineLacksHeadersPool)
+    args = _build_args(tmp_path, *common)
+    assert args.run(args) == 0
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    checked_later = stats["run"]["not_checked"]["this machine lacks cusparse.h"]
+    assert checked_later > 0 and stats["run"]["validated_this_run"] == 0
+    assert "not checked on this machine" in (tmp_path / "stats.md").read_text()
+    # The machine is fixed: the same build validates those pairs now (nothing of the first run was stored as done).
+    monkeypatch.setattr("dice_copilot.validator.ValidatorPool", FakePool)
+    args = _build_args(tmp_path, *common)
+    assert args.run(args) == 0
+    assert json.loads((tmp_path / "stats.json").read_text())["run"]["validated_this_run"] == checked_later
