@@ -1,7 +1,8 @@
 """Hugging Face-layout checkpoints: load DICE/SDAR/Qwen3 folders (single or sharded safetensors), save atomically.
 
 Layout read and written: config.json, model.safetensors or model-0000i-of-0000n.safetensors +
-model.safetensors.index.json, tokenizer.json (+ HF side files), generation_config.json.
+model.safetensors.index.json, tokenizer.json (+ HF side files), generation_config.json (token ids, block size, and
+the decoding defaults measured for the checkpoint).
 """
 
 import json
@@ -12,6 +13,7 @@ import uuid
 import warnings
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors import safe_open
@@ -19,6 +21,7 @@ from safetensors.torch import save_file
 import yaml
 
 from .config import DiceConfig
+from .decoding import STRATEGIES
 from .network import DiceForBlockDiffusion, RotaryEmbedding
 from .tokenizer import DiceTokenizer, TokenizerError
 
@@ -103,7 +106,7 @@ def model_card_says_untrained(folder: Path) -> bool:
     `untrained` among the tags of its YAML metadata, or the word in its title (a `# ` heading as its first line after
     the metadata). A mention in the body ("better than the untrained baseline") does not count."""
     try:
-        text = (folder / MODEL_CARD_FILE).read_text(encoding="utf-8", errors="replace")
+        text = (folder / MODEL_CARD_FILE).read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
     except OSError:
         return False
     metadata = re.match(r"---[ \t]*\n(.*?)\n---[ \t]*(\n|$)", text, re.S)
@@ -284,6 +287,61 @@ def _settle_tying(folder: Path, config: DiceConfig, tensors: dict[str, torch.Ten
         stacklevel=3,
     )
     return replace(config, tie_word_embeddings=False)
+
+
+# --- decoding defaults -------------------------------------------------------------------------------------------
+
+# Decoding settings a checkpoint may carry in generation_config.json, chosen by measuring that checkpoint on held-out
+# problems; the CLI and the eval use them where no option says otherwise. Hugging Face's names where it has the
+# setting (`temperature` is the sampling temperature of several candidates, `num_return_sequences` how many are
+# drawn); `strategy`, `threshold` and `steps_per_block` are the block-diffusion ones (model/decoding.py).
+DECODING_DEFAULT_RULES: dict[str, tuple[type, Callable, str]] = {
+    "strategy": (str, lambda v: v in STRATEGIES, f"one of {STRATEGIES}"),
+    "threshold": (float, lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "temperature": (float, lambda v: v >= 0, ">= 0"),
+    "top_k": (int, lambda v: v >= 0, ">= 0"),
+    "top_p": (float, lambda v: 0 < v <= 1, "in (0, 1]"),
+    "num_return_sequences": (int, lambda v: v >= 1, ">= 1"),
+    "max_new_tokens": (int, lambda v: v >= 1, ">= 1"),
+    "steps_per_block": (int, lambda v: v >= 1, ">= 1"),
+}
+
+
+def read_decoding_defaults(path_or_name: str | os.PathLike | None = None) -> dict:
+    """The decoding defaults in a checkpoint's generation_config.json (only the keys it sets; {} without the file);
+    a value of the wrong type or range raises CheckpointError naming the file and the key."""
+    path = resolve_checkpoint_dir(path_or_name) / GENERATION_CONFIG_FILE
+    if not path.is_file():
+        return {}
+    data = _read_json(path, "generation settings")
+    return {key: _checked_decoding_value(path, key, data[key]) for key in DECODING_DEFAULT_RULES if key in data}
+
+
+def write_decoding_defaults(path_or_name: str | os.PathLike, values: dict) -> Path:
+    """Set decoding defaults in a checkpoint's generation_config.json (other keys kept; None removes a key), written
+    atomically. Returns the file."""
+    path = resolve_checkpoint_dir(path_or_name) / GENERATION_CONFIG_FILE
+    data = _read_json(path, "generation settings") if path.is_file() else {}
+    for key, value in values.items():
+        if key not in DECODING_DEFAULT_RULES:
+            raise CheckpointError(f"{key!r} is not a decoding default; known: {', '.join(DECODING_DEFAULT_RULES)}")
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = _checked_decoding_value(path, key, value)
+    staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    _write_json(staging, data)
+    os.replace(staging, path)
+    return path
+
+
+def _checked_decoding_value(path: Path, key: str, value):
+    kind, ok, rule = DECODING_DEFAULT_RULES[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) or not ok(value):
+        raise CheckpointError(f"{path}: {key} = {value!r} must be a {kind.__name__} {rule}; fix or remove it")
+    return value
 
 
 # --- saving ----------------------------------------------------------------------------------------------------

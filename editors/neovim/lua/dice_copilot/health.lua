@@ -103,6 +103,7 @@ local function untrained_mark(dir)
   if not card then
     return nil
   end
+  card = card:gsub('\r\n', '\n')
   local metadata, body = card:match('^%-%-%-[ \t]*\n(.-)\n%-%-%-[ \t]*\n?(.*)$')
   if metadata then
     for _, tag in ipairs(yaml_tags(metadata)) do
