@@ -207,9 +207,9 @@ def test_the_qk_norm_rotary_cache_kernel_matches_the_separate_steps(dtype, batch
                                                heads, kv_heads, 1e-6)
     got = torch.ops.dice.qk_norm_rotary_cache(qkv, q_weight, k_weight, cos, sin, positions, *caches, heads,
                                               kv_heads, 1e-6)
-    tolerance = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=2e-2)
-    torch.testing.assert_close(got, want, **tolerance)
-    torch.testing.assert_close(caches[0], want_k, **tolerance)  # keys: normed and rotated, at their positions
+    close = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(got, want, **close)
+    torch.testing.assert_close(caches[0], want_k, **close)  # keys: normed and rotated, at their positions
     assert torch.equal(caches[1], want_v)  # values copied as they are, nothing else touched
 
 
