@@ -66,10 +66,12 @@ def register(subparsers) -> None:
     parser.add_argument("--fill-marker", default=DEFAULT_FILL_MARKER, metavar="TEXT",
                         help="infill mode: where the code goes in the skeleton")
     parser.add_argument("-n", type=positive_int, default=1, metavar="N", help="candidates to generate")
-    parser.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
-                        help="which masked tokens to commit per denoising pass")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help="dynamic strategy: commit every token whose confidence exceeds this")
+    parser.add_argument("--strategy", choices=STRATEGIES,
+                        help="which masked tokens to commit per denoising pass (default: the checkpoint's "
+                             f"generation_config.json, else {DEFAULT_STRATEGY})")
+    parser.add_argument("--threshold", type=float,
+                        help="dynamic strategy: commit every token whose confidence exceeds this (default: the "
+                             f"checkpoint's generation_config.json, else {DEFAULT_THRESHOLD})")
     parser.add_argument("--max-new-tokens", type=positive_int, metavar="N",
                         help=f"most tokens to generate per candidate (default: {GPU_DEFAULT_MAX_NEW_TOKENS} on a "
                              f"GPU, {CPU_DEFAULT_MAX_NEW_TOKENS} on the CPU)")
@@ -100,7 +102,7 @@ def run_generate(args) -> int:
 
     import torch
 
-    from .checkpoint import UNTRAINED_WARNING, CheckpointError, load
+    from .checkpoint import UNTRAINED_WARNING, CheckpointError, load, read_decoding_defaults
     from .engine import BlockDiffusionEngine
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -112,9 +114,12 @@ def run_generate(args) -> int:
     max_new_tokens = args.max_new_tokens or (CPU_DEFAULT_MAX_NEW_TOKENS if on_cpu else GPU_DEFAULT_MAX_NEW_TOKENS)
     try:
         model, tokenizer = load(args.checkpoint, device=device, dtype=args.dtype)
+        defaults = read_decoding_defaults(args.checkpoint)
     except CheckpointError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    strategy = args.strategy or defaults.get("strategy", DEFAULT_STRATEGY)
+    threshold = args.threshold if args.threshold is not None else defaults.get("threshold", DEFAULT_THRESHOLD)
     untrained = bool(model.config.untrained)
 
     engine = BlockDiffusionEngine(model, tokenizer, device=device)
@@ -122,7 +127,7 @@ def run_generate(args) -> int:
     try:
         with _decoding_threads(model, on_cpu):
             generations = engine.generate(
-                [prompt], n=args.n, strategy=args.strategy, threshold=args.threshold,
+                [prompt], n=args.n, strategy=strategy, threshold=threshold,
                 max_new_tokens=max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                 seed=args.seed, on_block=display,
             )
@@ -139,6 +144,8 @@ def run_generate(args) -> int:
             "checkpoint": str(args.checkpoint),
             "untrained": untrained,
             "mode": mode,
+            "strategy": strategy,
+            "threshold": threshold,
             "max_new_tokens": max_new_tokens,
             "candidates": [
                 {"text": g.text, "code": code, "token_ids": g.token_ids, "step_map": g.step_map,
