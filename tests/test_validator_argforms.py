@@ -107,8 +107,8 @@ FORMS = {
 class ModelNew(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        source = KERNEL.replace("2.0f", "3.0f")
-        self.ext = cpp_extension.load_inline(name="thrice_ext", cpp_sources=[DECL], cuda_sources=[source],
+        source = KERNEL.replace("2.0f * x[i]", "x[i] + x[i]")
+        self.ext = cpp_extension.load_inline(name="twice_init_ext", cpp_sources=[DECL], cuda_sources=[source],
                                              functions=["twice"], verbose=False)
 
     def forward(self, x):
@@ -118,17 +118,17 @@ class ModelNew(torch.nn.Module):
     "two_extensions_in_one_file": (_module('''
         import torch.utils.cpp_extension as ce
         ext = ce.load_inline(name="twice_ext", cpp_sources=DECL, cuda_sources=KERNEL, functions=["twice"])
-        NEGATE = KERNEL.replace("twice", "negate").replace("2.0f * x[i]", "-x[i]")
+        COPY = KERNEL.replace("twice", "copy").replace("2.0f * x[i]", "x[i]")
     ''', forward='''
 
 class ModelNew(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.negate = ce.load_inline(name="negate_ext", cpp_sources=DECL.replace("twice", "negate"),
-                                     cuda_sources=NEGATE, functions=["negate"])
+        self.copy = ce.load_inline(name="copy_ext", cpp_sources=DECL.replace("twice", "copy"), cuda_sources=COPY,
+                                   functions=["copy"])
 
     def forward(self, x):
-        return self.negate.negate(ext.twice(x))
+        return self.copy.copy(ext.twice(x))
 '''), {}),
     "sources_read_from_files": (_module('''
         from torch.utils.cpp_extension import load_inline
@@ -188,7 +188,7 @@ def _runtime_specs(path: Path) -> list[ExtensionSpec]:
 
     def record(spec):
         built.append(spec)
-        return type("Extension", (), {"twice": None, "negate": None})
+        return type("Extension", (), {"twice": None, "copy": None})
 
     loader._import = record
     namespace = {"__file__": str(path), "__name__": "model_new"}
@@ -586,7 +586,7 @@ def test_two_extensions_one_built_in_init_compile_through_the_fast_path(pools, t
     verdict = pools["fast"].validate(REFERENCE, Candidate.from_file(_write(tmp_path, "two_extensions_in_one_file")),
                                      budget=PATIENT)
     assert verdict.passed and verdict.compile_only, (verdict.failure, verdict.compiler_log[-3000:])
-    assert sorted(b["extension"] for b in verdict.details["builds"]) == ["negate_ext", "twice_ext"]
+    assert sorted(b["extension"] for b in verdict.details["builds"]) == ["copy_ext", "twice_ext"]
 
 
 TWO_FILE_KERNELS = {
@@ -634,3 +634,52 @@ def test_a_syntax_error_in_a_cu_built_by_a_sibling_load_is_a_compile_error_at_it
     assert not verdict.passed and verdict.failure_code == "compile_error", verdict.failure
     error = next(d for d in verdict.diagnostics if d.severity == "error")
     assert error.file == str(cu) and error.line in (line, line + 1), (error, verdict.compiler_log[-2000:])
+
+
+# ---------------------------------------------------------------- on a GPU: each form runs and is correct
+
+TORCH_LIBRARY_FORM = _module('''
+    from torch.utils.cpp_extension import load_inline
+    OPS = """
+    #include <torch/extension.h>
+    torch::Tensor twice(torch::Tensor x);
+    TORCH_LIBRARY(dice_argforms, m) { m.def("twice(Tensor x) -> Tensor"); }
+    TORCH_LIBRARY_IMPL(dice_argforms, CUDA, m) { m.impl("twice", &twice); }
+    """
+    library = load_inline(name="twice_ops", cpp_sources=OPS, cuda_sources=KERNEL, is_python_module=False)
+''', forward='''
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.dice_argforms.twice(x)
+''')
+
+
+@pytest.fixture(scope="module")
+def gpu_pool(tmp_path_factory):
+    with ValidatorPool(compile_config=CompileConfig(cache_dir=tmp_path_factory.mktemp("gpu-cache"))) as pool:
+        yield pool
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_each_form_is_correct_on_the_gpu(form, gpu_pool, tmp_path):
+    verdict = gpu_pool.validate(REFERENCE, Candidate.from_file(_write(tmp_path, form)), "ide", Budget(timing=False))
+    assert verdict.passed and verdict.stage == "correct", (verdict.failure, verdict.compiler_log[-3000:])
+    assert "built_in_worker" not in verdict.details  # every extension was found and built before the import
+
+
+@pytest.mark.gpu
+def test_a_library_loaded_into_torch_ops_is_correct_on_the_gpu(gpu_pool, tmp_path):
+    path = tmp_path / "model_new.py"
+    path.write_text(TORCH_LIBRARY_FORM)
+    verdict = gpu_pool.validate(REFERENCE, Candidate.from_file(path), "ide", Budget(timing=False))
+    assert verdict.passed and verdict.stage == "correct", (verdict.failure, verdict.compiler_log[-3000:])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", ["ide", "strict"])
+def test_a_cu_built_by_a_sibling_load_is_correct_on_the_gpu(policy, gpu_pool, tmp_path):
+    verdict = gpu_pool.validate(REFERENCE, Candidate.from_file(_two_file_project(tmp_path)), policy,
+                                Budget(timing=False))
+    assert verdict.passed and verdict.stage == "correct", (verdict.failure, verdict.compiler_log[-3000:])

@@ -1134,8 +1134,8 @@ def build_many(builder: ExtensionBuilder, specs: list[ExtensionSpec], max_worker
 def kernelbench_load_inline(spec: ExtensionSpec, build_dir: Path, arch: str, timeout_s: float) -> BuildResult:
     """torch's own load_inline (load, for `load(sources=[...])`) in a subprocess, as KernelBench compiles: the
     parity reference, and the builder of what the layouts here do not reproduce. The subprocess builds and does not
-    import (the worker imports, where a CUDA extension can load), and links without the CUDA libraries a CPU build
-    of torch lacks, as the builds here do."""
+    import (the worker imports, where a CUDA extension can load), and with a CPU build of torch uses the toolkit
+    nvcc comes from and links without the CUDA libraries that torch lacks, as the builds here do."""
     start = time.monotonic()
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -1166,6 +1166,7 @@ def kernelbench_load_inline(spec: ExtensionSpec, build_dir: Path, arch: str, tim
     script = ("import json, os, sys\n"
               "from torch.utils import cpp_extension as ce\n"
               "from dice_copilot.validator.compile import _drop_missing_libraries\n"
+              "ce.CUDA_HOME = ce.CUDA_HOME or os.environ['CUDA_HOME']  # a CPU build of torch looks for none\n"
               "prepare = ce._prepare_ldflags\n"
               "ce._prepare_ldflags = lambda *a, **k: _drop_missing_libraries(prepare(*a, **k))\n"
               "ce._import_module_from_library = lambda name, path, is_module: os.path.join(path, name + '.so')\n"

@@ -347,31 +347,32 @@ class Candidate:
 
     @classmethod
     def from_cuda_file(cls, cu_path, text: str | None = None) -> "Candidate":
-        """The .cu file with the specs of the module that builds it (compiled with that call's flags), or on its
-        own as a bare extension when no module builds it or the one that does defines no ModelNew (then the
-        candidate is compiled only)."""
+        """The .cu file with the specs of the module that builds it (compiled with that call's arguments; run when
+        that module defines ModelNew, else compiled only), or on its own, compiled only, when no module builds
+        it."""
         cu_path = Path(cu_path).resolve()
         if text is None:
             text = _read_text(cu_path, "candidate")
+        builder = find_builder_module(cu_path)
+        if builder is not None:
+            builder_source = builder.read_text()
+            tree = _parse_python(builder_source, builder, "module that builds the .cu file")
+            specs, unresolved = extract_extension_specs(tree, builder_source, builder,
+                                                        cu_overrides={str(cu_path): text})
+            if any(_compiles_file(spec, cu_path) for spec in specs) or unresolved:
+                if "ModelNew" in _top_level_names(tree):
+                    return cls(source=builder_source, path=str(builder), cu_path=str(cu_path), cu_text=text,
+                               builder_path=str(builder), static_specs=specs, unresolved_calls=unresolved)
+                return cls(source="", cu_path=str(cu_path), cu_text=text, builder_path=str(builder),
+                           static_specs=specs, unresolved_calls=unresolved,
+                           not_run_reason=f"not run: {builder.name}, the module that builds this .cu file, defines "
+                                          f"no class ModelNew")
+        # Built by no module (or by none of the calls of the module that names it): compiled on its own.
         bare = ExtensionSpec(name=_safe_ext_name(cu_path.stem), cuda_sources=[text], source_paths=[str(cu_path)],
                              cuda_segments=[SourceSegment(text, 1, str(cu_path))])
-        builder = find_builder_module(cu_path)
-        if builder is None:
-            return cls(source="", cu_path=str(cu_path), cu_text=text, static_specs=[bare],
-                       not_run_reason="not run: no Python module builds this .cu file (add one that calls "
-                                      "torch.utils.cpp_extension.load(sources=[...]) to run it)")
-        builder_source = builder.read_text()
-        tree = _parse_python(builder_source, builder, "module that builds the .cu file")
-        specs, unresolved = extract_extension_specs(tree, builder_source, builder, cu_overrides={str(cu_path): text})
-        if not any(_compiles_file(spec, cu_path) for spec in specs) and not unresolved:
-            unresolved = [f"{builder.name}: no load()/load_inline() call found that compiles {cu_path.name}"]
-        if "ModelNew" not in _top_level_names(tree):
-            return cls(source="", cu_path=str(cu_path), cu_text=text, builder_path=str(builder),
-                       static_specs=specs or [bare], unresolved_calls=unresolved if specs else [],
-                       not_run_reason=f"not run: {builder.name}, the module that builds this .cu file, defines no "
-                                      f"class ModelNew")
-        return cls(source=builder_source, path=str(builder), cu_path=str(cu_path), cu_text=text,
-                   builder_path=str(builder), static_specs=specs, unresolved_calls=unresolved)
+        return cls(source="", cu_path=str(cu_path), cu_text=text, static_specs=[bare],
+                   not_run_reason="not run: no Python module builds this .cu file (add one that calls "
+                                  "torch.utils.cpp_extension.load(sources=[...]) to run it)")
 
 
 def _compiles_file(spec: ExtensionSpec, path: Path) -> bool:
@@ -461,8 +462,8 @@ class _Resolver:
     """Evaluates call arguments made of literals, bound names, string and path operations, without running
     anything."""
 
-    # Calls that build paths: qualified name -> function on already evaluated arguments.
-    PATH_FUNCTIONS = {
+    # Calls whose result follows from their (evaluated) arguments alone: qualified name -> the function.
+    PURE_FUNCTIONS = {
         "os.path.join": os.path.join, "os.path.dirname": os.path.dirname, "os.path.abspath": os.path.abspath,
         "os.path.realpath": os.path.realpath, "os.path.normpath": os.path.normpath, "os.path.basename":
         os.path.basename, "os.fspath": os.fspath, "str": str, "pathlib.Path": PurePath, "pathlib.PurePath": PurePath,
@@ -530,7 +531,7 @@ class _Resolver:
         if kind == "load":
             paths = kwargs.get("sources") or []
             paths = [paths] if isinstance(paths, (str, PurePath)) else paths
-            kwargs["sources"] = [str(self.folder / os.fspath(p)) for p in paths]
+            kwargs["sources"] = [self.file_path(p) for p in paths]
             spec = ExtensionSpec.from_call_kwargs("load", kwargs, read_file=self.read_source_file)
         else:
             spec = ExtensionSpec.from_call_kwargs("load_inline", kwargs)
@@ -539,6 +540,11 @@ class _Resolver:
             spec.cuda_segments = self.segments_list(nodes.get("cuda_sources"), scope)
         spec.call_file, spec.call_line = self.path, call.lineno
         return spec
+
+    def file_path(self, path) -> str:
+        """A path the candidate names, absolute and resolved (as the .cu candidate's own path is); a relative one
+        is taken from the candidate's folder."""
+        return str((self.folder / os.fspath(path)).resolve())
 
     def read_source_file(self, path: str) -> str:
         """A CUDA/C++ source file's text (an editor's unsaved text first); only source files, and not huge ones."""
@@ -607,7 +613,7 @@ class _Resolver:
         if node.keywords and not all(k.arg for k in node.keywords):
             raise _Unresolved(ast.unparse(node))
         qualified = self.qualify(node.func)
-        function = self.PATH_FUNCTIONS.get(qualified or "")
+        function = self.PURE_FUNCTIONS.get(qualified or "")
         if function is not None and self.binding(qualified.split(".")[0], scope) is None:
             args = [self.value(a, scope) for a in node.args]
             try:
@@ -619,7 +625,7 @@ class _Resolver:
                                                                   None)
             if mode is not None and self.value(mode, scope) not in ("r", "rt"):
                 raise _Unresolved(ast.unparse(node))
-            return _OpenFile(str(self.folder / os.fspath(self.value(node.args[0], scope))))
+            return _OpenFile(self.file_path(self.value(node.args[0], scope)))
         if isinstance(node.func, ast.Attribute):
             receiver = self.value(node.func.value, scope)
             method = node.func.attr
@@ -628,7 +634,7 @@ class _Resolver:
             if method == "read" and isinstance(receiver, _OpenFile) and not args:
                 return self.read_source_file(receiver.path)
             if method == "read_text" and isinstance(receiver, PurePath):
-                return self.read_source_file(str(self.folder / receiver))
+                return self.read_source_file(self.file_path(receiver))
             if (isinstance(receiver, str) and method in self.STRING_METHODS) or (
                     isinstance(receiver, PurePath) and method in self.PATH_METHODS):
                 if method in ("resolve", "absolute"):
@@ -668,7 +674,7 @@ class _Resolver:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
                 "read", "read_text"):
             receiver = self.value(node.func.value, scope)
-            file = receiver.path if isinstance(receiver, _OpenFile) else str(self.folder / receiver)
+            file = receiver.path if isinstance(receiver, _OpenFile) else self.file_path(receiver)
             return [SourceSegment(text, 1, file)]
         operation = self.text_operation(node, scope)
         if operation is not None:
