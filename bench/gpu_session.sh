@@ -8,6 +8,10 @@
 #   tests         every `gpu`-marked test
 #   tests-validator / tests-engine / tests-other   the same, split (validator + cheat suite | engine and model |
 #                 server, SFT, CuKe, RL)
+#   tests-corpus  the validator corpus's GPU tests (tests/test_validator_corpus.py, issue 30): every honest file passes
+#                 ide (and strict where marked), every wrong one is rejected as incorrect; a test's timeout is the
+#                 part's, since the first test of each policy waits for that policy's whole batch of verdicts
+#   corpus        bench/validator_corpus.py (issue 30): pass and rejection rates per style and bug, s per verdict
 #   decode        bench/decode.py (issue 8), e.g. `decode --profile $OUT/profile.txt`
 #   validator     bench/validator_bench.py (issue 3), e.g. `validator --parts ours,batch`
 #   sft           bench/sft_throughput.py at the DICE-1.7B shape (issue 7)
@@ -40,6 +44,11 @@ case "$part" in
                          tests/test_model_checkpoint.py tests/test_engine.py tests/test_few_row_linear.py ;;
     tests-other)     run_tests gpu_tests_other tests/test_server_gpu.py tests/test_sft_gpu.py tests/test_cuke_gpu.py \
                          tests/test_rl_gpu.py ;;
+    tests-corpus) timeout "$limit" python3 -m pytest -v -rfE --timeout "$limit" -m gpu -p no:cacheprovider \
+                      tests/test_validator_corpus.py 2>&1 | tee "$out/gpu_tests_corpus.log" \
+                      | grep -E "PASSED|FAILED|ERROR|passed|failed" ;;
+    corpus)       timeout "$limit" python3 bench/validator_corpus.py --out "$out/$tag.json" "$@" 2>&1 \
+                      | tee "$out/$tag.log" | tail -70 ;;
     decode)       timeout "$limit" python3 bench/decode.py --out "$out/$tag.json" "$@" \
                       2>&1 | grep -v cudagraph_utils | tee "$out/$tag.log" | tail -40 ;;
     validator)    timeout "$limit" python3 bench/validator_bench.py --out "$out/$tag.json" "$@" \

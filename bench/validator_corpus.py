@@ -80,11 +80,8 @@ def _row(entry, policy: str, verdict, on_gpu: bool) -> dict:
     if on_gpu:
         problem = judge(entry, verdict)
         as_expected = problem is None
-    elif entry.kind == "honest":
-        problem = None if verdict.passed else f"{verdict.failure_code}: {verdict.failure}"
-        as_expected = verdict.passed
     else:
-        problem, as_expected = None, None
+        as_expected, problem = _judged_without_device(entry, verdict)
     return {"name": entry.name, "kind": entry.kind, "group": entry.group, "policy": policy, "passed": verdict.passed,
             "compile_only": verdict.compile_only, "stage": verdict.stage, "failure_code": verdict.failure_code,
             "failure": verdict.failure, "as_expected": as_expected, "problem": problem,
@@ -92,6 +89,20 @@ def _row(entry, policy: str, verdict, on_gpu: bool) -> dict:
             "fresh_worker": verdict.details.get("fresh_worker"), "flags": verdict.flags, "speedup": verdict.speedup,
             "strategies": [b.get("strategy") for b in verdict.details.get("builds", [])],
             "summary": problem or verdict.summary()}
+
+
+def _judged_without_device(entry, verdict) -> tuple[bool | None, str | None]:
+    """Compile-only: an honest file is as expected when it compiled; a verdict that built nothing or could not check
+    here judges nothing, and neither does a wrong file's (only the correctness checks tell it apart)."""
+    if entry.kind == "wrong":
+        return None, None
+    if str(getattr(verdict, "outcome", "")) == "not_checked" or verdict.failure_code == "environment":
+        return None, f"not checked here: {verdict.failure}"
+    if not verdict.passed:
+        return False, f"{verdict.failure_code}: {verdict.failure}"
+    if not verdict.details.get("builds"):
+        return None, "nothing was compiled here (no CUDA extension: Triton compiles at its first launch, on a GPU)"
+    return True, None
 
 
 def seconds_of(verdict) -> float:
@@ -127,7 +138,7 @@ def print_tables(results: dict) -> None:
               f"{_count(members, 'strict')} | {statistics.fmean(r['seconds'] for r in members):.2f} |")
     wrong = [r for r in rows if r["kind"] == "wrong"]
     if wrong:
-        print(f"\nwrong files: rejected as incorrect with the right detail\n")
+        print("\nwrong files: rejected as incorrect with the right detail\n")
         print("| bug | n | rejected ide | rejected strict | s / verdict |")
         print("|---|---:|---:|---:|---:|")
         for group, members in _grouped(wrong):
@@ -142,6 +153,8 @@ def print_tables(results: dict) -> None:
     for r in rows:
         if r["as_expected"] is False:
             print(f"  not as expected: {r['name']} ({r['policy']}): {r['problem']}")
+        elif r["as_expected"] is None and r["kind"] == "honest":
+            print(f"  not judged: {r['name']} ({r['policy']}): {r['problem']}")
 
 
 def _grouped(rows):
@@ -152,13 +165,15 @@ def _grouped(rows):
 
 
 def _count(members: list[dict], policy: str) -> str:
-    """"k/n" of one policy's rows as expected ("-" when no row of the group asks for that policy)."""
+    """"k/n" of one policy's judged rows as expected ("-" when no row of the group asks for that policy)."""
     selected = [r for r in members if r["policy"] == policy]
     if not selected:
         return "-"
-    if all(r["as_expected"] is None for r in selected):
+    judged = [r for r in selected if r["as_expected"] is not None]
+    if not judged:
         return "not run"
-    return f"{sum(bool(r['as_expected']) for r in selected)}/{len(selected)}"
+    unjudged = len(selected) - len(judged)
+    return f"{sum(r['as_expected'] for r in judged)}/{len(judged)}" + (f" ({unjudged} not run)" if unjudged else "")
 
 
 def _commit() -> str | None:

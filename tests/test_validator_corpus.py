@@ -14,7 +14,7 @@ import pytest
 
 import dice_copilot.validator as validator_package
 from dice_copilot.validator import Budget, Candidate, Problem, ValidatorPool
-from dice_copilot.validator.compile import CompileConfig
+from dice_copilot.validator.compile import CompileConfig, default_cache_dir
 from dice_copilot.validator.static_checks import check_static
 from validator_corpus.corpus import FOLDER, PROBLEMS, Entry, entries, judge, torch_has_cuda_headers
 
@@ -33,6 +33,8 @@ REQUIRED_STYLES = {"kernelbench_example", "kernelbench_example_no_flags", "load_
                    "extra_include_paths", "built_in_init", "several_load_inline"}
 REQUIRED_BUGS = {"off_by_one", "wrong_constant", "missed_tail", "nan_on_some_inputs", "wrong_axis", "race",
                  "wrong_stride", "int_overflow", "wrong_epsilon", "uninitialised_accumulator"}
+# The validator's files a cached build's outcome depends on (spec extraction, the builder, the host/device split).
+BUILDER_CODE = ("problem.py", "compile.py", "kernel_split.py")
 CPU_COMPILE_TIMEOUT_S = 900  # torch headers through nvcc on a busy 2-core machine
 GPU_BUDGET = Budget(timing=False, call_timeout_s=30, compile_timeout_s=300)
 
@@ -147,26 +149,27 @@ def _collected(request, test_names: tuple[str, ...], param: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def compile_verdicts(request, tmp_path_factory):
-    """Compile-only verdicts (a pool without devices); the build cache is kept between runs."""
+def compile_verdicts(request):
+    """Compile-only verdicts (a pool without devices), built into a cache kept between runs."""
     cases = [(e, "ide") for e in _collected(request, ("test_compiles_here",), "entry") if _compile_skip_reason(e) is None]
-    pool = ValidatorPool(gpus=[], compile_config=CompileConfig(cache_dir=_build_cache(request, tmp_path_factory)),
+    pool = ValidatorPool(gpus=[], compile_config=CompileConfig(cache_dir=_build_cache()),
                          warm=False)
     yield _VerdictBatches(pool, cases, Budget(compile_timeout_s=CPU_COMPILE_TIMEOUT_S))
     pool.shutdown()
 
 
-def _build_cache(request, tmp_path_factory) -> Path:
-    """A build cache under pytest's cache folder, one per version of the validator's code (the cache's keys follow
-    the sources and flags, not the builder: a verdict cached by an older builder must not outlive it)."""
-    code = sorted(Path(validator_package.__file__).parent.glob("*.py"))
+def _build_cache() -> Path:
+    """A build cache beside the validator's own (so a new checkout of the same code finds it warm), one per version
+    of the code that makes builds (the cache's keys follow the sources and flags, not the builder: a build cached by
+    an older builder must not outlive it). Other versions' folders are removed."""
+    folder = Path(validator_package.__file__).parent
+    code = [folder / name for name in BUILDER_CODE]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in code)).hexdigest()[:16]
-    if request.config.cache is None:  # -p no:cacheprovider
-        return tmp_path_factory.mktemp("corpus-build")
-    root = Path(request.config.cache.mkdir("validator-corpus-build"))
-    for old in root.iterdir():
-        if old.name != digest:
-            shutil.rmtree(old, ignore_errors=True)
+    root = default_cache_dir().parent / "corpus-test-build"
+    if root.is_dir():
+        for old in root.iterdir():
+            if old.name != digest:
+                shutil.rmtree(old, ignore_errors=True)
     return root / digest
 
 
@@ -187,6 +190,17 @@ def test_compiles_here(entry, compile_verdicts):
     builds = verdict.details.get("builds", [])
     assert builds, f"reported as compiled, but no extension was built: {verdict.details}"
     assert len(builds) == len(Candidate.from_file(entry.file).static_specs)
+
+
+@pytest.mark.parametrize("entry", [e for e in HONEST if e.uses_triton], ids=_id)
+def test_triton_file_is_not_reported_as_compiled_without_a_gpu(entry, tmp_path):
+    """A Triton kernel compiles at its first launch, on a GPU: a compile-only verdict that built nothing must not say
+    that the file compiled (issue 30: no stage that did not run is reported as passed)."""
+    with ValidatorPool(gpus=[], compile_config=CompileConfig(cache_dir=tmp_path), warm=False) as pool:
+        verdict = pool.validate(Problem.from_file(entry.problem), Candidate.from_file(entry.file))
+    assert not verdict.details.get("builds")
+    assert not (verdict.passed and verdict.compile_only), f"reported as compiled: {verdict.summary()}"
+    assert verdict.failure_code not in ("compile_error", "static"), verdict.failure
 
 
 # ---------------------------------------------------------------- full verdicts (GPU)
