@@ -36,7 +36,9 @@ REQUIRED_BUGS = {"off_by_one", "wrong_constant", "missed_tail", "nan_on_some_inp
 # The validator's files a cached build's outcome depends on (spec extraction, the builder, the host/device split).
 BUILDER_CODE = ("problem.py", "compile.py", "kernel_split.py")
 CPU_COMPILE_TIMEOUT_S = 900  # torch headers through nvcc on a busy 2-core machine
-GPU_BUDGET = Budget(timing=False, call_timeout_s=30, compile_timeout_s=300)
+# Correctness only, with the validator's standard five trials: some wrong files fail only the scaled-input ones
+# (layernorm_eps_outside_sqrt shows only on the scaled-down inputs).
+GPU_BUDGET = Budget(timing=False, n_correct_trials=5, call_timeout_s=30, compile_timeout_s=300)
 
 
 def _id(entry: Entry) -> str:
