@@ -418,6 +418,25 @@ def test_a_cu_file_whose_builder_computes_its_sources_at_run_time_says_so(tmp_pa
     assert not candidate.specs_complete and "os.getpid" in candidate.unresolved_calls[0]
 
 
+@pytest.mark.parametrize("case", ["unresolved", "no_extension"])
+def test_a_compile_stage_that_compiled_nothing_is_not_reported_as_passed(case, tmp_path):
+    if case == "unresolved":
+        source = _module('''
+            import random
+            from torch.utils.cpp_extension import load_inline
+            ext = load_inline(name="twice_ext", cpp_sources=DECL, cuda_sources=KERNEL * random.randint(1, 1),
+                              functions=["twice"])
+        ''')
+    else:  # PyTorch's own kernels (Triton's alike) compile when they first run, on a device
+        source = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    with ValidatorPool(gpus=[], compile_config=CompileConfig(cache_dir=tmp_path / "cache"), warm=False) as pool:
+        verdict = pool.validate(REFERENCE, Candidate.from_source(source, path="cand.py"), "ide")
+    assert not verdict.passed and verdict.outcome == "not_checked" and verdict.failure_code == "environment"
+    assert verdict.failed_stage == "compile" and "builds" not in verdict.details
+    assert ("random.randint" in verdict.failure) == (case == "unresolved")
+    assert ("builds no CUDA extension" in verdict.failure) == (case == "no_extension")
+
+
 # ---------------------------------------------------------------- no ModelNew: rejected before any build
 
 @pytest.mark.parametrize("policy", ["ide", "strict"])

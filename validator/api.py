@@ -243,13 +243,14 @@ class ValidatorPool:
         except ImportError:
             verdict.flags.append("static_checks_unavailable")
             return True
-        # The Python module and, for a .cu candidate, the .cu text itself (its lines are the file's lines).
-        sources = [(candidate.source, candidate.path), (candidate.cu_text, candidate.cu_path)]
+        # The Python module (an empty one too: it must define ModelNew) unless the candidate is a .cu file that no
+        # ModelNew module builds, and a .cu candidate's own text (its lines are the file's lines).
+        sources = [(candidate.source, candidate.path, False)] if candidate.runnable else []
+        if candidate.cu_text:
+            sources.append((candidate.cu_text, candidate.cu_path, True))
         errors = []
-        for source, path in sources:
-            if not source:
-                continue
-            for finding in check_static(source, work.policy, work.problem.source or None):
+        for source, path, cuda_file in sources:
+            for finding in check_static(source, work.policy, work.problem.source or None, cuda_file=cuda_file):
                 severity = "error" if finding.severity == "error" else "flag"
                 verdict.diagnostics.append(Diagnostic(finding.line, None, severity,
                                                       f"[{finding.code}] {finding.message}", path))
@@ -306,14 +307,11 @@ class ValidatorPool:
         verdict.stage_times[Stage.COMPILE] = time.monotonic() - start
         if not specs and not candidate.specs_complete:
             verdict.flags.append("extension_built_at_import")
-        if not candidate.runnable:
-            self._compile_only(verdict, "not run: no Python module builds this .cu file (add one that calls "
-                                        "torch.utils.cpp_extension.load(sources=[...]) to run it)")
-            return
-        if not self.has_gpu:
-            self._compile_only(verdict, NO_DEVICE)
-            if not candidate.specs_complete:
-                verdict.flags.append("partially_compiled")
+        if not candidate.runnable or not self.has_gpu:
+            if unchecked := _left_to_the_device(candidate):  # a compile stage that checked nothing did not pass
+                verdict.fail(Stage.COMPILE, FailureCode.ENVIRONMENT, f"{NOT_CHECKED_HERE}: {unchecked}")
+                return
+            self._compile_only(verdict, candidate.not_run_reason or NO_DEVICE)
             return
         work.needs_gpu = True
 
@@ -422,6 +420,19 @@ def _merge_result(verdict: Verdict, result: dict) -> None:
         verdict.details["traceback"] = result["traceback"]
     if result.get("environment"):
         verdict.details["environment"] = result["environment"]
+
+
+def _left_to_the_device(candidate: Candidate) -> str | None:
+    """Why compiling here did not check the candidate's kernels (only running it builds them, on a CUDA
+    device), or None when every extension it builds was compiled."""
+    if candidate.unresolved_calls:
+        return (f"{'its extension is' if len(candidate.unresolved_calls) == 1 else 'some of its extensions are'} "
+                f"built from values known only when the module runs ({'; '.join(candidate.unresolved_calls)}), so "
+                f"it was not compiled here; a machine with a CUDA device builds and checks it as the candidate runs")
+    if not candidate.static_specs:
+        return ("it builds no CUDA extension: its kernels (Triton's, or PyTorch's own) are compiled when they first "
+                "run, on a CUDA device, and this machine has none")
+    return None
 
 
 def _cannot_check(verdict: Verdict, missing) -> None:

@@ -29,7 +29,7 @@ from .api import NOT_CHECKED_HERE, Budget  # noqa: E402
 from .compile import CompileConfig, ExtensionBuilder  # noqa: E402
 from .environment import diagnose_build  # noqa: E402
 from .kernel_split import GLOBAL_KERNEL  # noqa: E402
-from .problem import ExtensionSpec  # noqa: E402
+from .problem import ExtensionSpec, bind_call  # noqa: E402
 from .verdict import FailureCode, Stage  # noqa: E402
 
 # Trusted references captured before any candidate code runs; re-checked after every job (monkey-patching defence).
@@ -140,17 +140,20 @@ class ExtensionLoader:
         with open(path) as handle:
             return handle.read()
 
-    def load_inline(self, name, cpp_sources, cuda_sources=None, *args, **kwargs):
-        kwargs.update(name=name, cpp_sources=cpp_sources, cuda_sources=cuda_sources)
+    def load_inline(self, *args, **kwargs):
+        kwargs = bind_call("load_inline", args, kwargs)  # positional arguments as torch binds them
         if self.cu_path and self.cu_text is not None and os.path.exists(self.cu_path):
             disk = open(self.cu_path).read()
+            cuda_sources = kwargs.get("cuda_sources")
             sources = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
             kwargs["cuda_sources"] = [self.cu_text if s == disk else s for s in sources]
         return self._import(ExtensionSpec.from_call_kwargs("load_inline", kwargs))
 
-    def load(self, name, sources, *args, **kwargs):
-        kwargs.update(name=name, sources=[os.path.abspath(s) for s in ([sources] if isinstance(sources, str)
-                                                                       else sources)])
+    def load(self, *args, **kwargs):
+        kwargs = bind_call("load", args, kwargs)
+        sources = kwargs.get("sources") or []
+        kwargs["sources"] = [os.path.abspath(s) for s in ([sources] if isinstance(sources, (str, os.PathLike))
+                                                          else sources)]
         return self._import(ExtensionSpec.from_call_kwargs("load", kwargs, read_file=self._read))
 
     def _import(self, spec: ExtensionSpec):
@@ -175,6 +178,9 @@ class ExtensionLoader:
             # This process would hand back the binary imported first under that name: never judge a stale one.
             raise CandidateFailure(FailureCode.STALE_EXTENSION, f"extension module {entry['module_name']} was already "
                                                                 f"imported in this worker from another build")
+        if not spec.is_python_module:  # torch's meaning: the library goes into torch.ops, the caller gets its path
+            torch.ops.load_library(entry["so_path"])
+            return entry["so_path"]
         loader = importlib.machinery.ExtensionFileLoader(entry["module_name"], entry["so_path"])
         module_spec = importlib.util.spec_from_file_location(entry["module_name"], entry["so_path"], loader=loader)
         module = importlib.util.module_from_spec(module_spec)
@@ -419,7 +425,8 @@ class Job:
 
         t1 = time.monotonic()
         self.channel.phase("construct", call_timeout * 3)
-        reference, candidate = self._construct(reference_class, model_class, init_inputs)
+        with _patched_extension_loading(loader):  # extensions built in ModelNew.__init__ go through the loader too
+            reference, candidate = self._construct(reference_class, model_class, init_inputs)
         self._check_correctness(reference_module, reference, candidate, call_timeout)
         if (self.policy == "strict" or self.budget.attribution) and _on_gpu():
             t_attribution = time.monotonic()
