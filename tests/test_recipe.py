@@ -115,8 +115,14 @@ def test_the_shipped_recipe_runs_whole_at_toy_size_and_continues_a_stage_from_it
     progress = json.loads((folder / "progress.json").read_text())["stages"]
     assert progress["tokenizer"]["status"] == "done"
     assert (progress["pretrain"]["status"], progress["pretrain"]["steps_done"]) == ("interrupted", 2)
-    # A fresh machine that got the checkpoint back, but not the optimizer's state.
-    shutil.rmtree(work / "pretrain" / "state")
+    # A fresh machine: it has the data and got the interrupted stage's checkpoint (with its stage.json) back, but
+    # not the optimizer's state, nor the finished tokenizer stage's folder.
+    for path in work.iterdir():
+        if path.name not in ("data", "pretrain"):
+            shutil.rmtree(path)
+    for path in (work / "pretrain").iterdir():
+        if path.name not in ("checkpoint", "stage.json"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     seen_rows.clear()
 
     assert run_recipe(folder, work) == 0
@@ -134,8 +140,10 @@ def test_the_shipped_recipe_runs_whole_at_toy_size_and_continues_a_stage_from_it
     for name, stage in (("rl-infill", "infill"), ("rl-e2e", "e2e")):
         [state] = (work / name / "state").glob("step-*")
         assert json.loads((state / "trainer_state.json").read_text())["config"]["stage"] == stage
+    assert not (work / "tokenizer").exists()  # done on the first machine; pretrain's checkpoint has its tokenizer
     for name, record in progress.items():
-        assert record["checkpoint_sha256"] == checkpoint_sha256(work / name / "checkpoint")
+        if name != "tokenizer":
+            assert record["checkpoint_sha256"] == checkpoint_sha256(work / name / "checkpoint")
         assert record["steps_done"] == record["steps_planned"]
     model, tokenizer = load(work / "rl-e2e" / "checkpoint")
     assert (model.config.num_hidden_layers, model.config.hidden_size, model.config.block_size) == (2, 64, 4)
@@ -147,6 +155,47 @@ def test_the_shipped_recipe_runs_whole_at_toy_size_and_continues_a_stage_from_it
     assert run_recipe(folder, work) == 0
     again = json.loads((folder / "progress.json").read_text())["stages"]
     assert [len(r["runs"]) for r in again.values()] == [len(r["runs"]) for r in progress.values()]
+
+
+def test_a_stage_stopped_by_the_time_limit_is_continued_by_the_next_run(toy, monkeypatch):
+    folder, work = toy
+    with monkeypatch.context() as patch:
+        patch.setattr(training_run.PreparedRun, "past_deadline", lambda self: self.deadline is not None)
+        assert run_recipe(folder, work, "--until", "pretrain", "--max-minutes", "60") == 4
+    pretrain = json.loads((folder / "progress.json").read_text())["stages"]["pretrain"]
+    assert (pretrain["status"], pretrain["steps_done"], pretrain["rows_consumed"]) == ("stopped", 1, 2)
+    assert run_recipe(folder, work, "--until", "pretrain") == 0
+    pretrain = json.loads((folder / "progress.json").read_text())["stages"]["pretrain"]
+    assert [(run["from"], run["steps"], run["ended"]) for run in pretrain["runs"]] == [
+        ("fresh", [0, 1], "stopped"), ("state", [1, 4], "done")]
+
+
+def test_no_stage_starts_without_the_time_it_needs(toy, monkeypatch, capsys):
+    folder, work = toy
+    monkeypatch.setattr(recipe_module, "MIN_STAGE_MINUTES", 10.0)
+    assert run_recipe(folder, work, "--max-minutes", "5") == 4
+    assert "out of time before tokenizer" in capsys.readouterr().err and not (work / "tokenizer").exists()
+
+
+def test_held_out_scores_measured_outside_training_are_logged(toy):
+    folder, _ = toy
+    recipe_module.record_heldout_scores(folder, "sft", "model_eval (compile-only)", {"cuke_heldout.compile_rate": 0.25})
+    record = json.loads((folder / "progress.json").read_text())["stages"]["sft"]
+    assert record["heldout"] == {"model_eval (compile-only)": {"cuke_heldout.compile_rate": 0.25}}
+    assert "model_eval (compile-only): cuke_heldout.compile_rate 0.25" in (folder / "PROGRESS.md").read_text()
+
+
+def test_missing_data_is_made_by_its_recipe_command(tmp_path):
+    folder, work = copy_recipe(tmp_path), tmp_path / "work"
+    text = (folder / "recipe.toml").read_text()
+    made_by = 'made_by = "python3 -c \\"import pathlib; pathlib.Path(\'{data}/cuke/sft.jsonl\').write_text(\'\')\\""'
+    text = re.sub(r'(\[data\.cuke_sft\]\npath = "cuke/sft.jsonl"\nsha256 = ""\n)made_by = .*', lambda m: m[1] + made_by,
+                  text)
+    (folder / "recipe.toml").write_text(text)
+    write_toy_data(work / "data")
+    (work / "data" / "cuke" / "sft.jsonl").unlink()  # the one file missing: only its command runs
+    recipe_module.make_missing_data(load_recipe(folder), work / "data")
+    assert (work / "data" / "cuke" / "sft.jsonl").read_text() == ""
 
 
 def test_data_that_differs_from_its_pin_stops_the_run_before_any_stage_starts(toy, capsys):
@@ -188,6 +237,20 @@ def test_a_stage_made_from_other_inputs_is_neither_skipped_nor_continued(toy, ca
     assert run_recipe(folder, work, "--until", "tokenizer") == 2
     assert "--restart tokenizer" in capsys.readouterr().err
     assert run_recipe(folder, work, "--until", "tokenizer", "--restart", "tokenizer") == 0
+
+
+def test_a_stage_that_starts_from_a_checkpoint_not_on_this_machine_says_to_carry_it(toy, capsys):
+    folder, work = toy
+    assert run_recipe(folder, work, "--until", "tokenizer") == 0
+    tokenizer = work / "tokenizer" / "checkpoint"
+    shutil.move(tokenizer, work / "elsewhere")
+    assert run_recipe(folder, work, "--until", "pretrain") == 2
+    assert f"stage pretrain starts from {tokenizer}" in capsys.readouterr().err
+    # Another folder in its place is not the finished stage's checkpoint.
+    shutil.copytree(work / "elsewhere", tokenizer)
+    (tokenizer / "merges.txt").write_text("#version: 0.2\n")
+    assert run_recipe(folder, work, "--until", "pretrain") == 2
+    assert "is not the checkpoint progress.json records for the finished stage tokenizer" in capsys.readouterr().err
 
 
 def test_recipe_errors_are_reported_before_any_stage_runs(toy, capsys):
@@ -263,7 +326,7 @@ def test_an_sft_continuation_with_another_batch_size_skips_and_repeats_no_row(tm
     assert seen == [[6, 7], [8, 9]] and continued.rows_consumed == 10
 
 
-def test_a_continuation_ramps_the_fresh_optimizer_up_and_a_resumed_state_keeps_the_schedule():
+def test_a_continuation_ramps_its_fresh_optimizer_up_and_a_run_from_step_0_is_left_alone():
     assert [training_run.continuation_warmup(s, 3, 2) for s in (3, 4, 5, 6)] == pytest.approx([1 / 3, 2 / 3, 1, 1])
     assert training_run.continuation_warmup(5, 0, 2) == 1.0
 
@@ -275,6 +338,16 @@ def test_init_weights_of_another_shape_is_a_config_error(tmp_path, tokenizer_dir
                             start_step=1, model_overrides={"hidden_size": 96})
     with pytest.raises(ValueError, match="cannot start this run's model"):
         train_sft(wider)
+
+
+def test_max_minutes_stops_a_run_after_a_step_with_what_resumes_it(tmp_path, tokenizer_dir):
+    data = write_jsonl(tmp_path / "kernels.jsonl", records())
+    config = tiny_sft_config(tmp_path, data, tokenizer_dir, max_steps=4, per_device_batch_size=2, packing=False)
+    stopped = train_sft(config.replace(max_minutes=1e-9))
+    assert (stopped.steps, stopped.planned_steps, stopped.rows_consumed) == (1, 4, 2)
+    assert training_run.latest_state(Path(config.output_dir)).name == "step-1"
+    resumed = train_sft(config)
+    assert [s for s, _ in resumed.losses] == [1, 2, 3, 4] and resumed.rows_consumed == 8
 
 
 def test_an_rl_continuation_from_weights_takes_the_tasks_an_uninterrupted_run_takes_next(tmp_path, tokenizer_dir):

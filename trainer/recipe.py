@@ -10,9 +10,10 @@ checkpoint's sha256) and `PROGRESS.md`, the same as tables.
 Each stage writes WORK/STAGE/: `checkpoint/` (a tokenizer folder, or the HF checkpoint with its
 training_position.json), `state/` (exact resume), `stage.json` (what it was started from) and, once it finished,
 `done.json` (the checkpoint's sha256). A run of the recipe:
-1. skips a stage that finished: its checkpoint matches done.json (or the log's record, on a machine that got the
-   checkpoint back but not the marker) and it took its planned steps;
-2. checks the sha256 of every data file the stage reads (a missing, changed or unpinned file is an error, exit 2);
+1. skips a stage that finished (took its planned steps): its checkpoint matches done.json or the log's record, or
+   — a fresh machine that got only a later stage's checkpoint back — the log says it finished;
+2. checks the sha256 of every data file the stages still to run read, before the first one starts (a missing,
+   changed or unpinned file is an error, exit 2);
 3. starts the stage from its newest `state/` when there is one (exact), else — a fresh machine that got only the
    weights back — from its checkpoint's weights at the steps and data rows training_position.json records, with a
    fresh optimizer and `resume_warmup_steps` of warmup, else from the start;
@@ -364,9 +365,12 @@ def _check_shape(recipe: Recipe) -> None:
                           f"pick a smaller shape (PROGRESS.md lists each shape's size)")
 
 
-def stage_config(recipe: Recipe, spec: StageSpec, work: Path, data_root: Path, start: dict[str, Any]):
+def stage_config(recipe: Recipe, spec: StageSpec, work: Path, data_root: Path, start: dict[str, Any],
+                 continuing: bool = False):
     """The stage's config: its file's fields (and --set), the recipe's wiring (outputs in `work`, data files under
-    `data_root`), and `start` (a continuation's init_weights/start_step/data_offset_rows, the time limit)."""
+    `data_root`), and `start` (a continuation's init_weights/start_step/data_offset_rows, the time limit). A stage
+    `continuing` from its own checkpoint takes the model (or, trained from scratch, the tokenizer) from that
+    checkpoint, so the checkpoint it started from need not be on this machine."""
     if spec.kind == "tokenizer":
         try:
             return TokenizerSettings(**spec.values)
@@ -378,13 +382,14 @@ def stage_config(recipe: Recipe, spec: StageSpec, work: Path, data_root: Path, s
 
     values = {**spec.values, "output_dir": str(work / spec.name), "max_shard_bytes": recipe.max_file_bytes, **start}
     source = recipe.stage(spec.source)
+    base = work / (spec.name if continuing else source.name) / CHECKPOINT
     if source.kind == "tokenizer":
         shape = dict(recipe.shape_fields)
-        values.update(model=recipe.preset, tokenizer=str(work / source.name / CHECKPOINT),
-                      block_size=shape.pop("block_size", None), model_overrides={
-                          k: v for k, v in shape.items() if k != "vocab_size"})
+        values.update(model=recipe.preset, tokenizer=str(base), block_size=shape.pop("block_size", None),
+                      model_overrides={k: v for k, v in shape.items() if k != "vocab_size"})
     else:
-        values["model"] = str(work / source.name / CHECKPOINT)
+        values["model"] = str(base)
+
     def files(names: list[str]) -> list[str]:
         return [str(data_root / recipe.data[name].path) for name in names]
 
@@ -430,17 +435,18 @@ class RecipeRunner:
         first = self.recipe.stages.index(stages[0])
         for earlier in self.recipe.stages[:first]:
             if self.finished(earlier) is None:
-                raise RecipeError(f"stage {stages[0].name} needs {earlier.name} done first: its checkpoint is not in "
-                                  f"{self.work / earlier.name / CHECKPOINT} (carry it there, or run the recipe "
-                                  f"without --only)")
+                raise RecipeError(f"stage {stages[0].name} needs {earlier.name} done first (the log does not say it is, "
+                                  f"and {self.work / earlier.name / CHECKPOINT} holds no finished checkpoint); run the "
+                                  f"recipe without --only")
         self.log.write()
         waiting = [spec for spec in stages if self.finished(spec) is None]
         for spec in waiting:  # all of them now: a bad file found after hours of training costs those hours
             self.check_data(spec)
         for spec in stages:
             if spec not in waiting:
-                print(f"recipe: {spec.name} is done (checkpoint {self.log.stage(spec.name)['checkpoint_sha256'][:12]})",
-                      file=sys.stderr)
+                here = "" if (self.work / spec.name / CHECKPOINT).is_dir() else ", not on this machine"
+                print(f"recipe: {spec.name} is done (checkpoint {self.log.stage(spec.name)['checkpoint_sha256'][:12]}"
+                      f"{here})", file=sys.stderr)
                 continue
             remaining = None if self.deadline is None else (self.deadline - time.monotonic()) / 60
             if remaining is not None and remaining < MIN_STAGE_MINUTES:
@@ -470,27 +476,35 @@ class RecipeRunner:
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
     def finished(self, spec: StageSpec) -> dict | None:
-        """The done marker of a stage whose checkpoint is in place and took its planned steps, or None. A marker (or
-        log record) made from other inputs is an error: the stage would be skipped or continued on the wrong basis."""
+        """The done marker of a stage that took its planned steps, or None. Done means: its checkpoint is here and is
+        the one done.json (or the log) names, or it is not on this machine and the log says the stage is done (a
+        fresh machine that got only a later stage's checkpoint). A checkpoint other than the one the log calls done,
+        or a stage made from other inputs, is an error: it would be skipped or continued on the wrong basis."""
         folder = self.work / spec.name
         checkpoint = folder / CHECKPOINT
-        if not checkpoint.is_dir():
-            return None
         record = self.log.stage(spec.name)
-        marker = _read_json(folder / DONE_FILE) or (record if record.get("status") == "done" else None)
+        logged_done = record if record.get("status") == "done" else None
+        if not checkpoint.is_dir():
+            marker = logged_done
+        else:
+            sha = checkpoint_sha256(checkpoint)
+            if logged_done is not None and logged_done.get("checkpoint_sha256") != sha:
+                raise RecipeError(f"{checkpoint} (sha256 {sha[:16]}) is not the checkpoint {PROGRESS_JSON} records for "
+                                  f"the finished stage {spec.name} ({str(logged_done.get('checkpoint_sha256'))[:16]}); "
+                                  f"put the right one there, or pass --restart {spec.name}")
+            marker = _read_json(folder / DONE_FILE) or logged_done
+            if marker is None or marker.get("checkpoint_sha256") != sha:
+                return None
         if marker is None:
-            return None
-        sha = checkpoint_sha256(checkpoint)
-        if marker.get("checkpoint_sha256") != sha:
             return None
         self._check_fingerprint(spec, marker.get("fingerprint"), f"{folder / DONE_FILE} or {PROGRESS_JSON}")
         if marker.get("steps_done", 0) < self.recipe.planned_steps(spec):
             return None
-        self.log.stage(spec.name).update(checkpoint_sha256=sha, status="done")
+        record.update(status="done", checkpoint_sha256=marker["checkpoint_sha256"])
         return marker
 
-    def config(self, spec: StageSpec, start: dict[str, Any] | None = None):
-        return stage_config(self.recipe, spec, self.work, self.data_root, start or {})
+    def config(self, spec: StageSpec, start: dict[str, Any] | None = None, continuing: bool = False):
+        return stage_config(self.recipe, spec, self.work, self.data_root, start or {}, continuing)
 
     def _check_fingerprint(self, spec: StageSpec, made_from: str | None, where: str) -> None:
         if made_from is not None and made_from != self.fingerprint(spec):
@@ -526,6 +540,12 @@ class RecipeRunner:
         A run that fails or is interrupted is logged too, as far as its last saved checkpoint got."""
         folder = self.work / spec.name
         start = self.how_to_start(spec)
+        if start.mode == "fresh" and spec.source is not None:
+            source = self.work / spec.source / CHECKPOINT
+            if not source.is_dir():
+                raise RecipeError(f"stage {spec.name} starts from {source} (sha256 "
+                                  f"{str(self.log.stage(spec.source).get('checkpoint_sha256'))[:16]}), which is not on "
+                                  f"this machine: carry it there")
         fingerprint = self.fingerprint(spec)
         folder.mkdir(parents=True, exist_ok=True)
         _write_json(folder / STAGE_FILE, {"stage": spec.name, "fingerprint": fingerprint})
@@ -589,7 +609,7 @@ class RecipeRunner:
         if start.mode == "weights":
             wiring.update(init_weights=str(self.work / spec.name / CHECKPOINT), start_step=start.step,
                           data_offset_rows=start.rows_consumed)
-        config = self.config(spec, wiring)
+        config = self.config(spec, wiring, continuing=start.mode != "fresh")
         if spec.kind == "sft":
             from .sft import SFTError, train_sft
             from .sft_config import SFTConfigError
