@@ -333,7 +333,7 @@ class Candidate:
         if path is not None and str(path).endswith(CUDA_SUFFIXES):
             return cls.from_cuda_file(path, text=py_source)
         tree = _parse_python(py_source, path, "candidate")
-        specs, unresolved = extract_extension_specs(tree, py_source, path)
+        specs, unresolved = extract_extension_specs(tree, path)
         return cls(source=py_source, path=str(path) if path else None, static_specs=specs,
                    unresolved_calls=unresolved)
 
@@ -357,8 +357,7 @@ class Candidate:
         if builder is not None:
             builder_source = builder.read_text()
             tree = _parse_python(builder_source, builder, "module that builds the .cu file")
-            specs, unresolved = extract_extension_specs(tree, builder_source, builder,
-                                                        cu_overrides={str(cu_path): text})
+            specs, unresolved = extract_extension_specs(tree, builder, cu_overrides={str(cu_path): text})
             if any(_compiles_file(spec, cu_path) for spec in specs) or unresolved:
                 if "ModelNew" in _top_level_names(tree):
                     return cls(source=builder_source, path=str(builder), cu_path=str(cu_path), cu_text=text,
@@ -416,10 +415,15 @@ EXTENSION_MODULE = "torch.utils.cpp_extension"
 
 
 class _Unresolved(Exception):
-    """An argument depends on runtime values; the extension is then built when the candidate calls load_inline."""
+    """An argument depends on runtime values; the extension is then built when the candidate calls load_inline.
+    The message says what the call does that cannot be followed here."""
+
+    @classmethod
+    def expression(cls, node_text: str) -> "_Unresolved":
+        return cls(f"uses `{node_text}`, known only when the module runs")
 
 
-def extract_extension_specs(tree: ast.Module, source: str, path=None, cu_overrides: dict[str, str] | None = None
+def extract_extension_specs(tree: ast.Module, path=None, cu_overrides: dict[str, str] | None = None
                             ) -> tuple[list[ExtensionSpec], list[str]]:
     """Every `load_inline(...)` / `load(...)` call of torch's cpp_extension, wherever it is (at import, in
     `__init__`, in a helper), with its arguments resolved from literals, the names they are bound to in the
@@ -435,7 +439,7 @@ def extract_extension_specs(tree: ast.Module, source: str, path=None, cu_overrid
         try:
             spec = resolver.spec_for_call(kind, call, scopes)
         except _Unresolved as why:
-            unresolved.append(f"line {call.lineno}: {kind}(...) uses `{why}`, known only when the module runs")
+            unresolved.append(f"line {call.lineno}: {kind}(...) {why}")
             continue
         specs.setdefault(spec.content_key(), spec)
     return list(specs.values()), unresolved
@@ -505,8 +509,8 @@ class _Resolver:
         last = qualified.rsplit(".", 1)[-1]
         if last not in PARAMETERS:
             return None
-        if qualified == f"{EXTENSION_MODULE}.{last}" or qualified.endswith(f"cpp_extension.{last}"):
-            return last
+        if qualified == f"{EXTENSION_MODULE}.{last}" or f".{qualified}".endswith(f".cpp_extension.{last}"):
+            return last  # torch's, also through a module of that name the static scan cannot follow
         star = self.aliases.get("*") == EXTENSION_MODULE
         return last if qualified == last and (last == "load_inline" or star) else None
 
@@ -523,7 +527,7 @@ class _Resolver:
     def spec_for_call(self, kind: str, call: ast.Call, chain: tuple) -> ExtensionSpec:
         scope = _Scope(chain, call.lineno)
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-            raise _Unresolved("*args/**kwargs")
+            raise _Unresolved("passes *args or **kwargs, known only when the module runs")
         names = PARAMETERS[kind]
         nodes = dict(zip(names, call.args))
         nodes.update({k.arg: k.value for k in call.keywords})
@@ -552,13 +556,13 @@ class _Resolver:
             return self.cu_overrides[path]
         file = Path(path)
         if not path.lower().endswith(SOURCE_SUFFIXES):
-            raise _Unresolved(f"{file.name}: not a CUDA/C++ source file")
+            raise _Unresolved(f"reads {file.name}, which is not a CUDA/C++ source file")
         try:
             if file.stat().st_size > MAX_SOURCE_BYTES:
-                raise _Unresolved(f"{file.name}: over {MAX_SOURCE_BYTES >> 20} MB")
+                raise _Unresolved(f"reads {file.name}, over {MAX_SOURCE_BYTES >> 20} MB")
             return file.read_text()
         except (OSError, UnicodeDecodeError) as exc:
-            raise _Unresolved(f"{path} (unreadable here: {type(exc).__name__})") from exc
+            raise _Unresolved(f"reads {path}, which cannot be read here ({type(exc).__name__})") from exc
 
     # ---- values
 
@@ -577,7 +581,7 @@ class _Resolver:
                 return self.file
             bound = self.binding(node.id, scope)
             if bound is None:
-                raise _Unresolved(node.id)
+                raise _Unresolved.expression(node.id)
             return self.value(*bound)
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Div, ast.Mod)):
             left, right = self.value(node.left, scope), self.value(node.right, scope)
@@ -588,7 +592,7 @@ class _Resolver:
                     return left / right
                 return left + right if isinstance(node.op, ast.Add) else left % right
             except TypeError as exc:
-                raise _Unresolved(ast.unparse(node)) from exc
+                raise _Unresolved.expression(ast.unparse(node)) from exc
         if isinstance(node, ast.JoinedStr):
             return "".join(self.formatted(v, scope) for v in node.values)
         if isinstance(node, ast.Attribute) and node.attr in ("parent", "name", "stem", "suffix"):
@@ -597,13 +601,13 @@ class _Resolver:
                 return getattr(base, node.attr)
         if isinstance(node, ast.Call):
             return self.call_value(node, scope)
-        raise _Unresolved(ast.unparse(node))
+        raise _Unresolved.expression(ast.unparse(node))
 
     def formatted(self, node: ast.AST, scope: _Scope) -> str:
         if isinstance(node, ast.Constant):
             return str(node.value)
         if not isinstance(node, ast.FormattedValue):
-            raise _Unresolved(ast.unparse(node))
+            raise _Unresolved.expression(ast.unparse(node))
         value = self.value(node.value, scope)
         value = {115: str, 114: repr, 97: ascii}.get(node.conversion, lambda v: v)(value)
         spec = self.value(node.format_spec, scope) if node.format_spec is not None else ""
@@ -611,7 +615,7 @@ class _Resolver:
 
     def call_value(self, node: ast.Call, scope: _Scope):
         if node.keywords and not all(k.arg for k in node.keywords):
-            raise _Unresolved(ast.unparse(node))
+            raise _Unresolved.expression(ast.unparse(node))
         qualified = self.qualify(node.func)
         function = self.PURE_FUNCTIONS.get(qualified or "")
         if function is not None and self.binding(qualified.split(".")[0], scope) is None:
@@ -619,12 +623,12 @@ class _Resolver:
             try:
                 return function(*args)
             except (TypeError, ValueError) as exc:
-                raise _Unresolved(ast.unparse(node)) from exc
+                raise _Unresolved.expression(ast.unparse(node)) from exc
         if qualified == "open" and node.args and self.binding("open", scope) is None:
             mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"),
                                                                   None)
             if mode is not None and self.value(mode, scope) not in ("r", "rt"):
-                raise _Unresolved(ast.unparse(node))
+                raise _Unresolved.expression(ast.unparse(node))
             return _OpenFile(self.file_path(self.value(node.args[0], scope)))
         if isinstance(node.func, ast.Attribute):
             receiver = self.value(node.func.value, scope)
@@ -642,8 +646,8 @@ class _Resolver:
                 try:
                     return getattr(receiver, method)(*args, **kwargs)
                 except (TypeError, ValueError, KeyError, IndexError) as exc:
-                    raise _Unresolved(ast.unparse(node)) from exc
-        raise _Unresolved(ast.unparse(node))
+                    raise _Unresolved.expression(ast.unparse(node)) from exc
+        raise _Unresolved.expression(ast.unparse(node))
 
     # ---- source strings with their lines
 
@@ -670,7 +674,7 @@ class _Resolver:
             return self.segments(node.left, scope) + self.segments(node.right, scope)
         text = self.value(node, scope)
         if not isinstance(text, str):
-            raise _Unresolved(ast.unparse(node))
+            raise _Unresolved.expression(ast.unparse(node))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
                 "read", "read_text"):
             receiver = self.value(node.func.value, scope)
