@@ -14,9 +14,11 @@ class Model(nn.Module):
 
     def forward(self, router_logits: torch.Tensor):
         probs = F.softmax(router_logits, dim=-1, dtype=torch.float)
-        weights, experts = torch.topk(probs, self.top_k, dim=-1)
-        if self.normalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
+        top_logits, experts = torch.topk(router_logits, self.top_k, dim=-1)
+        if self.normalize:  # renormalised over the chosen experts
+            weights = F.softmax(top_logits, dim=-1)
+        else:
+            weights = probs.gather(-1, experts)
         # fraction of tokens whose first choice is each expert, times the mean router probability of that expert
         load = F.one_hot(experts[:, 0], self.num_experts).float().mean(dim=0)
         importance = probs.mean(dim=0)

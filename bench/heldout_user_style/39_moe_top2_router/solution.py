@@ -1,5 +1,5 @@
-"""Kernel 1: one thread per token computes the softmax over its experts and picks the top-k by logit (the same
-order as by probability; ties go to the lower expert), writing the probabilities, the (renormalised) weights and
+"""Kernel 1: one thread per token computes the softmax over its experts, picks the top-k logits (ties go to the
+lower expert) and writes the probabilities, the weights (a softmax over the chosen logits when normalising) and
 the expert ids. Kernel 2: one block sums, expert by expert in a fixed order, the probabilities and the
 first-choice counts, and forms num_experts * sum_e load_e * importance_e (deterministic, no float atomics)."""
 import torch
@@ -25,8 +25,7 @@ __global__ void __launch_bounds__(THREADS) route_kernel(const float* __restrict_
     for (int e = 0; e < E; ++e) z += expf(x[e] - m);
     for (int e = 0; e < E; ++e) p[e] = expf(x[e] - m) / z;
     int chosen[MAX_TOP_K];
-    float chosen_sum = 0.f;
-    for (int k = 0; k < K; ++k) {
+    for (int k = 0; k < K; ++k) {  // largest logits first; among equal logits the lower expert
         int best = -1;
         for (int e = 0; e < E; ++e) {
             bool taken = false;
@@ -34,10 +33,12 @@ __global__ void __launch_bounds__(THREADS) route_kernel(const float* __restrict_
             if (!taken && (best < 0 || x[e] > x[best])) best = e;
         }
         chosen[k] = best;
-        chosen_sum += p[best];
     }
+    // normalised: a softmax over the chosen logits (the first chosen is their maximum)
+    float chosen_z = 0.f;
+    for (int k = 0; k < K; ++k) chosen_z += expf(x[chosen[k]] - x[chosen[0]]);
     for (int k = 0; k < K; ++k) {
-        weights[(long long)tok * K + k] = normalize ? p[chosen[k]] / chosen_sum : p[chosen[k]];
+        weights[(long long)tok * K + k] = normalize ? expf(x[chosen[k]] - x[chosen[0]]) / chosen_z : p[chosen[k]];
         experts[(long long)tok * K + k] = chosen[k];
     }
 }
