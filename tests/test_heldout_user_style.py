@@ -2,7 +2,8 @@
 problem imports, defines Model/get_inputs/get_init_inputs and its reference runs on its own inputs; every solution
 defines ModelNew, passes the strict static checks with no finding, and registers the reference's parameters and
 buffers (so the validator copies the reference's weights into it); the manifest describes exactly the folders.
-Correctness of the solutions needs a GPU: bench/heldout_user_style/check.py."""
+On a GPU (`gpu` marker), every solution passes the strict policy's correctness checks (bench/heldout_user_style/
+check.py's verdicts)."""
 
 from __future__ import annotations
 
@@ -116,3 +117,18 @@ def test_solution_registers_the_reference_parameters_and_buffers(name, monkeypat
     for key, value in candidate.named_buffers():
         if key not in cand_state:  # built by the constructor, not copied: must be the reference's table
             assert key in ref_buffers and torch.equal(value, ref_buffers[key]), key
+
+
+@pytest.fixture(scope="module")
+def gpu_verdicts():
+    """Every solution's strict verdict (correctness, no timing), all through check.py's one ValidatorPool."""
+    check = load_module(SET / "check.py", "heldout_user_style_check")
+    problems = check.selected_problems([])
+    return {problems[i]["name"]: verdict for i, verdict in check.validate_set(problems).items()}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", names)
+def test_solution_is_correct_under_the_strict_policy_on_the_gpu(name, gpu_verdicts):
+    verdict = gpu_verdicts[name]
+    assert verdict.passed and not verdict.compile_only, verdict.summary()

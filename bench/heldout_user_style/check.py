@@ -18,7 +18,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from dice_copilot.validator import Budget, ValidatorPool
+from dice_copilot.validator import Budget, ValidatorPool, Verdict
 
 SET = Path(__file__).resolve().parent
 
@@ -36,23 +36,28 @@ def main(argv: list[str] | None = None) -> int:
     if not problems:
         print(f"no problem in {SET} starts with {' or '.join(args.prefixes)}", file=sys.stderr)
         return 2
-    budget = Budget(timing=args.timing, call_timeout_s=30, compile_timeout_s=300)
     give_up_at = None if args.max_seconds is None else time.perf_counter() + args.max_seconds
-    with ValidatorPool() as pool:
-        print(mode_line(pool, args.timing))
-        items = [(SET / p["name"] / "problem.py", SET / p["name"] / "solution.py") for p in problems]
-        verdicts = {}
-        for index, verdict in pool.validate_iter(items, policy="strict", budget=budget, give_up_at=give_up_at):
-            verdicts[index] = verdict
+    verdicts = validate_set(problems, timing=args.timing, give_up_at=give_up_at, on_start=print)
     rows = [table_row(p, verdicts.get(i)) for i, p in enumerate(problems)]
     print_table(rows)
     passed = sum(1 for v in verdicts.values() if v.passed)
     print(f"\n{passed}/{len(problems)} passed" + ("" if len(verdicts) == len(problems)
                                                  else f", {len(problems) - len(verdicts)} not reached"))
     if args.json:
-        args.json.write_text(json.dumps({problems[i]["name"]: json.loads(v.to_json()) for i, v in verdicts.items()},
+        args.json.write_text(json.dumps({problems[i]["name"]: json.loads(verdicts[i].to_json()) for i in sorted(verdicts)},
                                         indent=1))
     return 0 if passed == len(problems) else 1
+
+
+def validate_set(problems: list[dict], timing: bool = False, give_up_at: float | None = None,
+                 on_start=lambda line: None) -> dict[int, Verdict]:
+    """Strict verdicts of the problems' solutions by index in `problems` (those finished before `give_up_at`, a
+    time.perf_counter() value). on_start receives the line saying what the verdicts will cover on this machine."""
+    budget = Budget(timing=timing, call_timeout_s=30, compile_timeout_s=300)
+    items = [(SET / p["name"] / "problem.py", SET / p["name"] / "solution.py") for p in problems]
+    with ValidatorPool() as pool:
+        on_start(mode_line(pool, timing))
+        return dict(pool.validate_iter(items, policy="strict", budget=budget, give_up_at=give_up_at))
 
 
 def selected_problems(prefixes: list[str]) -> list[dict]:
