@@ -24,6 +24,7 @@ from pathlib import Path
 
 from dice_copilot.validator import Budget, Candidate, Problem, ValidatorPool
 from dice_copilot.validator.compile import CompileConfig
+from dice_copilot.validator.verdict import Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -96,7 +97,7 @@ def _judged_without_device(entry, verdict) -> tuple[bool | None, str | None]:
     here judges nothing, and neither does a wrong file's (only the correctness checks tell it apart)."""
     if entry.kind == "wrong":
         return None, None
-    if str(getattr(verdict, "outcome", "")) == "not_checked" or verdict.failure_code == "environment":
+    if verdict.outcome is Outcome.NOT_CHECKED:
         return None, f"not checked here: {verdict.failure}"
     if not verdict.passed:
         return False, f"{verdict.failure_code}: {verdict.failure}"

@@ -211,6 +211,20 @@ def _patched_extension_loading(loader: ExtensionLoader):
 FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+
+def _triton_kernel_names(candidate) -> set[str]:
+    """The @triton.jit functions of the candidate's module (under autotune/heuristics wrappers too): Triton names
+    the GPU kernel after the function, so these are the candidate's own kernels as much as its __global__ ones."""
+    names = set()
+    for value in type(candidate).forward.__globals__.values():
+        unwrapped = False
+        while type(value).__module__.startswith("triton.") and hasattr(value, "fn"):
+            value, unwrapped = value.fn, True
+        if unwrapped and callable(value) and hasattr(value, "__name__"):
+            names.add(value.__name__)
+    return names
+
+
 def _seed_for(job_seed: int, *parts) -> int:
     digest = hashlib.sha256(f"{_SECRET}:{job_seed}:{parts}".encode()).digest()
     return int.from_bytes(digest[:6], "little")
@@ -597,7 +611,8 @@ class Job:
         self._call(candidate, _clone(inputs))
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             self._call(candidate, inputs)
-        kernel_names = set(self.msg.get("kernel_names", [])) | self.loader.kernel_names
+        kernel_names = (set(self.msg.get("kernel_names", [])) | self.loader.kernel_names
+                        | _triton_kernel_names(candidate))
         total = ours = 0.0
         launched = []
         for event in prof.events():
