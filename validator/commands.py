@@ -23,12 +23,15 @@ def register(subparsers) -> None:
     parser.add_argument("candidate", type=Path, help="ModelNew module (.py) or a .cu file")
     parser.add_argument("--reference", "-r", type=Path, required=True,
                         help="PyTorch reference module with Model, get_inputs(), get_init_inputs()")
-    parser.add_argument("--policy", choices=["ide", "strict"], default="ide")
+    parser.add_argument("--policy", choices=["ide", "strict"], default="ide",
+                        help="ide: the editor's checks, PyTorch glue and libraries allowed (cuBLAS/cuDNN calls "
+                             "flagged); strict: for benchmarks and rewards, a custom __global__/Triton kernel "
+                             "launched from forward must do most of the GPU time, no PyTorch/ATen/cuBLAS compute")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     parser.add_argument("--no-timing", action="store_true", help="stop after correctness")
-    parser.add_argument("--class-name", default="Model", help="reference class name (default Model)")
-    parser.add_argument("--compile-timeout", type=float, default=Budget.compile_timeout_s,
-                        help="seconds per extension build")
+    parser.add_argument("--class-name", default="Model", help="reference class name")
+    parser.add_argument("--compile-timeout", type=float, default=Budget.compile_timeout_s, metavar="SECONDS",
+                        help="time limit of each extension build")
     parser.set_defaults(run=run_validate)
 
 
