@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{passed}/{len(problems)} passed" + ("" if len(verdicts) == len(problems)
                                                  else f", {len(problems) - len(verdicts)} not reached"))
     if args.json:
-        args.json.write_text(json.dumps({problems[i]["name"]: json.loads(verdicts[i].to_json()) for i in sorted(verdicts)},
-                                        indent=1))
+        by_name = {problems[i]["name"]: json.loads(verdicts[i].to_json()) for i in sorted(verdicts)}
+        args.json.write_text(json.dumps(by_name, indent=1))
     return 0 if passed == len(problems) else 1
 
 

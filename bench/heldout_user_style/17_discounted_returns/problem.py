@@ -8,7 +8,8 @@ class Model(nn.Module):
         self.gamma = gamma
 
     def forward(self, rewards, dones, bootstrap_value):
-        # rewards: (num_envs, T) float32; dones: (num_envs, T) bool; bootstrap_value: (num_envs,) value of the last state
+        # rewards: (num_envs, T) float32; dones: (num_envs, T) bool
+        # bootstrap_value: (num_envs,) value estimate of the state after the last step
         returns = torch.empty_like(rewards)
         running = bootstrap_value
         for t in reversed(range(rewards.shape[1])):
