@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from rl_helpers import PREFIX, REFERENCE, SUFFIX, short_tasks, tiny_rl_config
-from sft_helpers import kernel_source, make_tokenizer, prompt_for, records, tiny_sft_config, write_jsonl
+from sft_helpers import kernel_source, make_tokenizer, records, tiny_sft_config, write_jsonl
 
 from dice_copilot.cli import main
 from dice_copilot.model import load
@@ -265,6 +265,16 @@ def test_recipe_errors_are_reported_before_any_stage_runs(toy, capsys):
     assert not (work / "tokenizer").exists()
 
 
+def test_the_tokenizer_reads_an_even_sample_of_a_file_over_its_limit(tmp_path):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"text": f"{i:09d}"} for i in range(10)])  # 10 chars each
+    short = tmp_path / "short.cu"
+    short.write_text(kernel_source("relu"))
+    texts = list(recipe_module._corpus_texts([corpus, short], max_chars_per_file=35))
+    assert texts == ["000000000", "000000003", "000000006", "000000009", kernel_source("relu")]
+    assert len(list(recipe_module._corpus_texts([corpus], None))) == len(list(recipe_module._corpus_texts([corpus],
+                                                                                                       10**6)))
+
+
 def test_the_shipped_recipe_fits_the_size_limits_and_names_its_cuke_data():
     recipe = load_recipe(SHIPPED)
     assert [s.name for s in recipe.stages] == ["tokenizer", "pretrain", "sft", "rl-infill", "rl-e2e"]
@@ -273,7 +283,7 @@ def test_the_shipped_recipe_fits_the_size_limits_and_names_its_cuke_data():
         assert size <= recipe.max_checkpoint_bytes and largest <= recipe.max_file_bytes, shape
     assert all(re.fullmatch("[0-9a-f]{64}", recipe.data[name].sha256)
                for name in ("cuke_sft", "cuke_infill", "cuke_e2e", "cuke_heldout"))
-    seeds = [recipe.stage(name).values["seed"] for name in ("tokenizer", "pretrain", "sft", "rl-infill", "rl-e2e")]
+    seeds = [recipe.stage(name).values["seed"] for name in ("pretrain", "sft", "rl-infill", "rl-e2e")]
     assert len(set(seeds)) == len(seeds)
 
 

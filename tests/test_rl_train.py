@@ -212,7 +212,7 @@ def test_sft_and_rl_configs_share_the_training_fields_with_one_rule_each():
     from dice_copilot.trainer.training_config import TrainingConfig
 
     shared = {f.name for f in fields(TrainingConfig)}
-    assert len(shared) == 28
+    assert len(shared) == 34
     assert shared <= {f.name for f in fields(SFTConfig)} and shared <= {f.name for f in fields(RLConfig)}
     for config_class, error, kind in ((SFTConfig, SFTConfigError, "SFT"), (RLConfig, RLConfigError, "RL")):
         with pytest.raises(error, match=f"^{kind} config field 'keep_last_states' = 0 must be >= 1$"):

@@ -26,10 +26,10 @@ refuses to continue or be skipped when they changed since it was made (`--restar
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import shlex
@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ WIRED_FIELDS = ("model", "tokenizer", "model_overrides", "block_size", "train_fi
 SAVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 EXIT_OK, EXIT_BAD_INPUT, EXIT_OUT_OF_TIME = 0, 2, 4
 # A stage is not started with less time than this left of --max-minutes (loading and the first save alone take it).
-MIN_STAGE_MINUTES = 0.5
+MIN_STAGE_MINUTES = 1.0
 
 
 class RecipeError(ValueError):
@@ -91,7 +91,8 @@ def register_train(train_subparsers) -> None:
     parser.add_argument("--restart", action="append", default=[], metavar="STAGE",
                         help="delete WORK/STAGE and make the stage again (repeatable)")
     parser.add_argument("--max-minutes", type=float, metavar="M",
-                        help="stop after the training step that ends M minutes after the start, saving it")
+                        help="stop after the training step that ends M minutes after the start, saving it; no "
+                             "stage starts with less than a minute left (exit 4)")
     parser.add_argument("--make-data", action="store_true",
                         help="first run the recipe's `made_by` command of every data file that is missing (from the "
                              "repository root)")
@@ -105,8 +106,10 @@ def run_recipe_command(args) -> int:
     """`dice-copilot train recipe` (see the module docstring)."""
     try:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise RecipeError("run the recipe in one process (it runs each stage on this machine's first GPU); for "
-                              "several GPUs, run a stage's config with `accelerate launch ... train sft|rl`")
+            raise RecipeError("run the recipe as one process, without accelerate launch or torchrun: it trains each "
+                              "stage on this machine's first GPU")
+        if args.max_minutes is not None and args.max_minutes <= 0:
+            raise RecipeError(f"--max-minutes must be > 0, not {args.max_minutes}")
         recipe = load_recipe(args.recipe, args.set)
         data_root = (args.data or args.work / "data").absolute()
         if args.make_data:
@@ -165,14 +168,14 @@ class TokenizerSettings:
 
     # Merge only pairs seen at least this often.
     min_frequency: int = 2
-    # Train on the first this many characters of the files, in the order the recipe lists them; None: all.
-    max_chars: int | None = None
-    seed: int = 0  # byte-level BPE training is deterministic; kept so every stage names a seed
+    # At most about this many characters of each file (evenly spread over it); None: all of them. (BPE training has
+    # no randomness: the same text gives the same tokenizer.)
+    max_chars_per_file: int | None = None
 
     def __post_init__(self):
-        if self.min_frequency < 1 or (self.max_chars is not None and self.max_chars < 1):
-            raise RecipeError(f"tokenizer config: min_frequency must be >= 1 and max_chars >= 1 or unset, got "
-                              f"{self.min_frequency}, {self.max_chars}")
+        if self.min_frequency < 1 or (self.max_chars_per_file is not None and self.max_chars_per_file < 1):
+            raise RecipeError(f"tokenizer config: min_frequency must be >= 1 and max_chars_per_file >= 1 or unset, "
+                              f"got {self.min_frequency}, {self.max_chars_per_file}")
 
 
 @dataclass
@@ -645,8 +648,8 @@ class RecipeRunner:
         staging = folder / f".{CHECKPOINT}.tmp"
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            train_tokenizer(_corpus_texts(paths, settings.max_chars), self.recipe.shape_fields["vocab_size"], staging,
-                            min_frequency=settings.min_frequency)
+            train_tokenizer(_corpus_texts(paths, settings.max_chars_per_file), self.recipe.shape_fields["vocab_size"],
+                            staging, min_frequency=settings.min_frequency)
         except TokenizerTrainingError as err:
             raise RecipeError(f"stage {spec.name}: {err}") from err
         shutil.rmtree(folder / CHECKPOINT, ignore_errors=True)
@@ -690,19 +693,24 @@ class _Outcome:
 _START_WORDS = {"fresh": "starts", "state": "resumes from its state", "weights": "continues from its checkpoint's weights"}
 
 
-def _corpus_texts(paths: list[Path], max_chars: int | None):
-    """The tokenizer's training text: each JSONL record's text (as `train tokenizer` reads .jsonl files, .xz ones
-    too) or each other file whole, in order, up to `max_chars` characters."""
+def _corpus_texts(paths: list[Path], max_chars_per_file: int | None):
+    """The tokenizer's training text, file by file: the text pieces of each JSONL record (as `train tokenizer` reads
+    .jsonl files, .xz ones too: split at the special tokens; a {"text"} record is one piece) or each other file
+    whole. A file holding more than `max_chars_per_file` characters gives every k-th piece, k the smallest stride
+    that brings it to about the limit, so the sample spans the whole file."""
     from .tokenizer_training import jsonl_texts
 
-    taken = 0
-    for path in paths:
+    def pieces(path: Path):
         texts = jsonl_texts(path) if path.name.endswith((".jsonl", ".jsonl.xz")) else [path.read_text("utf-8")]
-        for text in texts:
-            if max_chars is not None and taken >= max_chars:
-                return
-            taken += len(text)
-            yield text
+        return (text for text in texts if text)
+
+    for path in paths:
+        stride = 1
+        if max_chars_per_file is not None:
+            stride = max(1, math.ceil(sum(map(len, pieces(path))) / max_chars_per_file))
+        for index, text in enumerate(pieces(path)):
+            if index % stride == 0:
+                yield text
 
 
 def make_missing_data(recipe: Recipe, data_root: Path) -> None:
