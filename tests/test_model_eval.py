@@ -184,3 +184,29 @@ def test_generate_decodes_with_the_checkpoint_defaults_unless_told_otherwise(tmp
     assert main(command + ["--strategy", "dynamic"]) == 0
     chosen = json.loads(capsys.readouterr().out)
     assert (chosen["strategy"], chosen["threshold"]) == ("dynamic", 0.5)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(900)
+def test_on_a_gpu_the_eval_runs_the_kernels_and_scores_correctness(tmp_path):
+    out = tmp_path / "eval.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--checkpoint", "default", "--no-baseline", "--user-problems",
+         str(user_problems(tmp_path / "problems")), "--candidates", "2", "--max-new-tokens", "16", "--out", str(out)],
+        capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["mode"] == "full" and "compile-only" not in done.stdout
+    scores = report["columns"]["ours"]["scores"]["user_style"]
+    assert 0 <= scores["correct_rate"] <= scores["compile_rate"] and 0 <= scores["fast_1"] <= scores["correct_rate"]
+
+
+@pytest.mark.gpu
+def test_scores_on_a_gpu_count_correct_kernels(tmp_path):
+    """On a GPU the scripted honest solution is correct, not just compiled."""
+    with ValidatorPool() as pool:
+        module = load_bench()
+        problems = module.user_problems(user_problems(tmp_path / "problems"))
+        evaluated = module.EvalSet("user_style", problems, [])
+        scores = module.score_set(evaluated, Scripted(module, candidates=2), pool, Budget(), compile_only=False)
+    assert scores["correct_rate"] == 0.5 and scores["best_of_n"] == 0.5

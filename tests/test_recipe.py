@@ -198,6 +198,27 @@ def test_missing_data_is_made_by_its_recipe_command(tmp_path):
     assert (work / "data" / "cuke" / "sft.jsonl").read_text() == ""
 
 
+@pytest.mark.gpu
+@pytest.mark.timeout(900)
+def test_the_recipe_runs_whole_on_a_gpu_with_the_correct_reward(toy):
+    """The same toy run on the GPU: bf16 autocast, flex attention and compiled layers for training, the engine's
+    CUDA graphs for rollouts, the strict validator's correct reward, bf16 checkpoints."""
+    folder, work = toy
+    on_gpu = []
+    for stage, values in TOY_SETTINGS.items():
+        for key, value in values.items():
+            if key == "reward":
+                value = '"correct"'
+            elif key in QUIET and key not in ("tensorboard", "progress_bar"):
+                continue  # the stage's own settings: bf16, compiled, bf16 checkpoints
+            on_gpu += ["--set", f"{stage}.{key}={value}"]
+    assert main(["train", "recipe", str(folder), "--work", str(work), "--set", "shape=toy", *on_gpu]) == 0
+    progress = json.loads((folder / "progress.json").read_text())["stages"]
+    assert all(record["status"] == "done" and record["runs"][-1]["device"] != "cpu" for record in progress.values())
+    model, _ = load(work / "rl-e2e" / "checkpoint")
+    assert model.config.torch_dtype == "bfloat16"
+
+
 def test_data_that_differs_from_its_pin_stops_the_run_before_any_stage_starts(toy, capsys):
     folder, work = toy
     write_jsonl(work / "data" / "cuke" / "e2e_tasks.jsonl", [{"id": "other", "pytorch_code": REFERENCE}])
