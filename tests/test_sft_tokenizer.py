@@ -106,3 +106,20 @@ def test_cli_rejects_jsonl_without_text_fields(tmp_path, capsys, line, message):
                      "--out", str(tmp_path / "tok")]) == 2
     err = capsys.readouterr().err
     assert message in err and f"{corpus}:1" in err
+
+
+def test_cli_reads_an_xz_compressed_jsonl_corpus_in_a_folder(tmp_path, capsys):
+    import lzma
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = "".join(json.dumps({"text": kernel_source(n)}) + "\n" for n in ["relu", "square", "negate"] * 5)
+    with lzma.open(folder / "train.jsonl.xz", "wt", encoding="utf-8") as handle:
+        handle.write(lines)
+    out = tmp_path / "tok"
+    assert cli_main(["train", "tokenizer", "--corpus", str(folder), "--vocab-size", "400", "--out", str(out)]) == 0
+    assert "1 file(s)" in capsys.readouterr().out
+    vocab = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    merged = [token for token, i in vocab.items() if i >= len(SPECIAL_TOKENS) and len(token) > 1]
+    assert not [t for t in merged if "\\" in t or '"' in t], "read as samples, not as compressed bytes or JSON"
+    assert len(load_tokenizer_dir(out).encode(kernel_source("relu"))) < len(kernel_source("relu").encode()) / 2

@@ -104,7 +104,8 @@ class KernelReward:
             print(f"rl: a verdict failed outside the kernel: {verdict.failure}" + (f"; fix: {fix}" if fix else ""),
                   file=sys.stderr)
         if self.mode == "compiles":
-            value = float(verdict.passed and "partially_compiled" not in verdict.flags)
+            # The validator passes a compile-only verdict only when every extension was built here.
+            value = float(verdict.passed)
             return Reward(value, compiled=compiled, summary=verdict.summary(), setup_failure=setup_failure)
         correct = verdict.passed and not verdict.compile_only
         value = float(correct) * (1.0 + self.speedup_weight * speedup_bonus(verdict.speedup))

@@ -150,7 +150,8 @@ def iter_corpus_files(paths: Iterable[str | Path]) -> list[Path]:
         path = Path(raw)
         if path.is_dir():
             files.extend(
-                sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES)
+                sorted(p for p in path.rglob("*") if p.is_file() and (p.suffix.lower() in CORPUS_SUFFIXES
+                                                                        or _is_jsonl(p)))
             )
         elif path.is_file():
             files.append(path)
@@ -169,12 +170,17 @@ def read_corpus(files: Iterable[Path]) -> Iterator[str]:
     error naming the file."""
     for path in files:
         try:
-            if path.suffix.lower() == ".jsonl":
+            if _is_jsonl(path):
                 yield from jsonl_texts(path)
             else:
                 yield path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
             raise TokenizerTrainingError(f"corpus file {path} is not UTF-8 text ({err}); remove it or convert it") from err
+
+
+def _is_jsonl(path: Path) -> bool:
+    """A .jsonl file, plain or xz-compressed (the pretraining corpus's train.jsonl.xz)."""
+    return path.name.lower().endswith((".jsonl", ".jsonl.xz"))
 
 
 def jsonl_texts(path: Path) -> Iterator[str]:
