@@ -73,3 +73,17 @@ def test_the_server_spells_each_name_once_and_the_protocol_document_lists_it():
     document = (REPO / "server" / "PROTOCOL.md").read_text(encoding="utf-8")
     for name in (*protocol.COMMANDS, *NOTIFICATIONS):
         assert re.search(rf"`{re.escape(name)}[` ]", document), name  # `name` or `name {params}`
+
+
+def test_every_status_reason_of_the_protocol_has_a_label_in_both_editors():
+    protocol_text = (REPO / "server" / "PROTOCOL.md").read_text(encoding="utf-8")
+    listed = re.search(r"`reason` ∈ (.*?)\(", protocol_text, re.S).group(1)
+    reasons = set(re.findall(r"[A-Za-z]+", listed)) - {"ok"}  # `ok`: nothing to explain
+    assert {"notChecked", "validationFailed", "noGpu"} <= reasons
+    vscode = (VSCODE_SRC / "statusView.ts").read_text(encoding="utf-8")
+    vscode_labels = set(re.findall(r"^\s+(\w+): '", re.search(r"REASON_LABEL[^{]*\{(.*?)\};", vscode, re.S).group(1),
+                                   re.M))
+    lua = (NEOVIM / "lua" / "dice_copilot" / "status.lua").read_text(encoding="utf-8")
+    lua_labels = set(re.findall(r"^\s+(\w+) = '", re.search(r"M\.reason_text = \{(.*?)\n\}", lua, re.S).group(1), re.M))
+    assert reasons <= vscode_labels, f"VS Code has no label for {sorted(reasons - vscode_labels)}"
+    assert reasons <= lua_labels, f"Neovim has no label for {sorted(reasons - lua_labels)}"

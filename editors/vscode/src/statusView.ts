@@ -24,11 +24,16 @@ const REASON_LABEL: Record<string, string> = {
   timeout: 'still validating',
   validationFailed: 'no candidate passed',
   compileError: 'candidates did not compile',
+  notChecked: 'cannot check here: see the message',
   superseded: 'superseded',
   noGpu: 'no GPU: compile-only',
   autoTriggerOff: 'auto trigger off',
   generationRunning: 'busy generating',
   checkpointError: 'checkpoint error',
+  documentTooLarge: 'document too large',
+  promptTooLong: 'prompt too long',
+  internalError: 'internal error',
+  cancelled: 'cancelled',
 };
 
 function firstNumber(value: number | number[] | null | undefined): number | undefined {

@@ -18,11 +18,16 @@ M.reason_text = {
   timeout = 'still validating',
   validationFailed = 'no candidate passed',
   compileError = 'candidates did not compile',
+  notChecked = 'cannot check here: see the message',
   superseded = 'superseded',
   noGpu = 'no GPU: compile-only',
   autoTriggerOff = 'auto trigger off',
   generationRunning = 'busy generating',
   checkpointError = 'checkpoint error',
+  documentTooLarge = 'document too large',
+  promptTooLong = 'prompt too long',
+  internalError = 'internal error',
+  cancelled = 'cancelled',
 }
 
 --- A number list (one entry per output) becomes its largest entry; vim.NIL becomes nil.
