@@ -50,7 +50,8 @@ def nvcc_compile(sources: list[str], workdir: Path, arch: str = "sm_90", timeout
     includes, bodies = [], []
     for i, source in enumerate(sources):
         includes += _INCLUDE.findall(source)
-        bodies.append(f"namespace candidate_{i} {{\n{_INCLUDE.sub('', source)}\n}}  // namespace candidate_{i}\n")
+        undefs = "".join(f"#undef {m}\n" for m in re.findall(r"^\s*#\s*define\s+(\w+)", source, re.M))  # no leaks
+        bodies.append(f"namespace candidate_{i} {{\n{_INCLUDE.sub('', source)}\n{undefs}}}  // namespace candidate_{i}\n")
     unit = "".join(dict.fromkeys(includes)) + "\n".join(bodies)
     path = workdir / "candidates.cu"
     path.write_text(unit)

@@ -13,8 +13,8 @@ import pytest
 from dice_copilot.trainer.cuke import pipeline
 from dice_copilot.trainer.cuke.records import PairRecord, SourceError, jsonl_records
 from dice_copilot.trainer.cuke.seeds import generate_seed_pairs
-from dice_copilot.trainer.cuke.splits import (HeldOutPlan, infill_split, order_easy_to_hard, plan_heldout,
-                                              split_heldout)
+from dice_copilot.trainer.cuke.splits import (HeldOutPlan, heldout_axes, infill_split, order_easy_to_hard,
+                                              plan_heldout, split_heldout)
 from dice_copilot.trainer.cuke.textsim import ContaminationIndex, deduplicate
 
 
@@ -28,9 +28,10 @@ def test_infill_split_matches_dice_layout(pairs):
         parts = infill_split(pair.cuda_code)
         assert parts is not None, pair.uid
         assert parts.prefix + parts.middle + parts.suffix == pair.cuda_code
-        assert "load_inline" in parts.prefix and "__global__" not in parts.prefix  # imports only
-        assert parts.middle.split("=", 1)[0].strip().endswith("_cuda_source") and "__global__" in parts.middle
-        assert "cpp_source" in parts.suffix and "load_inline(" in parts.suffix and "class ModelNew" in parts.suffix
+        assert "cpp_extension" in parts.prefix and "__global__" not in parts.prefix  # imports only
+        target, value = parts.middle.split("=", 1)
+        assert target.strip().isidentifier() and value.strip().startswith('r"""') and "__global__" in value
+        assert "load_inline(" in parts.suffix and "class ModelNew" in parts.suffix
 
 
 def test_infill_split_refuses_files_without_one_cuda_string():
@@ -38,9 +39,10 @@ def test_infill_split_refuses_files_without_one_cuda_string():
     assert infill_split("def f(:\n") is None
 
 
-def _rec(uid, families, level=2, composition=None, code="x"):
+def _rec(uid, families, level=2, composition=None, code="x", style=None):
     return PairRecord(uid=uid, pytorch_code=f"# {uid}\n{code}", cuda_code=code, families=families, level=level,
-                      composition=composition or ">".join(families), source="test")
+                      composition=composition or ">".join(families), source="test",
+                      meta={"style": style} if style else {})
 
 
 PROBLEM = """import torch
@@ -98,6 +100,37 @@ def test_heldout_split_keeps_families_and_compositions_out_of_training():
     train, held = split_heldout(records, auto)
     assert held and train
     assert not {r.composition for r in train} & set(auto.compositions)
+
+
+def test_heldout_split_by_problem_writing_style_and_family():
+    styles = ["functional"] * 40 + ["nn_layers"] * 40 + ["annotated"] * 8 + ["formula"] * 12
+    records = [_rec(f"r{i}", ["relu" if i % 2 else "gelu"], 1, style=style) for i, style in enumerate(styles)]
+    records += [_rec("p0", ["softsign"], 1, style="functional"), _rec("imported", ["relu"], 1)]
+    plan = plan_heldout(records, families=["softsign"])
+    # one style held out, among those with at most 12% of the pairs; deterministic
+    assert plan.styles and set(plan.styles) <= {"annotated", "formula"} and len(plan.styles) == 1
+    assert plan == plan_heldout(records, families=["softsign"])
+    train, held = split_heldout(records, plan)
+    assert not any(r.meta.get("style") in plan.styles or "softsign" in r.families for r in train)
+    assert {r.uid for r in held} == {r.uid for r in records if r.meta.get("style") in plan.styles} | {"p0"}
+    assert any(r.uid == "imported" for r in train)  # a pair without a style tag is never held out for it
+    assert heldout_axes(records[-2], plan) == ["family"] and heldout_axes(records[0], plan) == []
+    # named styles win; with no style rare enough, the rarest is held out; style_count=0 holds out none
+    assert plan_heldout(records, styles=["nn_layers"]).styles == ["nn_layers"]
+    common = [_rec(f"c{i}", ["relu"], 1, style=("a" if i < 60 else "b")) for i in range(100)]
+    assert plan_heldout(common).styles == ["b"]
+    assert plan_heldout(common, style_count=0).styles == []
+
+
+def test_heldout_styles_of_the_builtin_library_leave_most_pairs_for_training():
+    records = [PairRecord(uid=p.uid, pytorch_code=p.pytorch_code, cuda_code=p.cuda_code, families=p.families,
+                          level=p.level, composition=p.composition, source="builtin", dtype=p.dtype, meta=p.meta)
+               for p in generate_seed_pairs(scale=0.05)]
+    plan = plan_heldout(records)
+    assert len(plan.styles) == 1 and plan.families
+    train, held = split_heldout(records, plan)
+    assert 0.05 < len(held) / len(records) < 0.3
+    assert {r.meta["style"] for r in train}.isdisjoint(plan.styles)
 
 
 def test_easy_to_hard_ordering():
@@ -258,6 +291,7 @@ def test_build_emits_datasets_resumes_and_shards(tmp_path, monkeypatch):
     assert rows["eval_heldout.jsonl"], "some families or compositions must be held out"
     held_families = set(stats["datasets"]["heldout_families"])
     held_comps = set(stats["datasets"]["heldout_compositions"])
+    assert len(stats["datasets"]["heldout_styles"]) == 1  # a problem-writing style is held out too
     for r in rows["sft.jsonl"]:
         assert not held_families & set(r["families"]) and r["composition"] not in held_comps
     assert (tmp_path / "speedup_hist.png").stat().st_size > 1000

@@ -7,11 +7,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from . import dense, elementwise, indexing, llm, losses, rowwise
+from . import dense, elementwise, gated, indexing, layout, llm, logic, losses, rowwise
 from .render import SeedPair
 
-GENERATORS = {**elementwise.GENERATORS, **rowwise.GENERATORS, **dense.GENERATORS, **indexing.GENERATORS,
-              **losses.GENERATORS, **llm.GENERATORS}
+GENERATORS = {**elementwise.GENERATORS, **gated.GENERATORS, **logic.GENERATORS, **layout.GENERATORS,
+              **rowwise.GENERATORS, **dense.GENERATORS, **indexing.GENERATORS, **losses.GENERATORS, **llm.GENERATORS}
 
 __all__ = ["GENERATORS", "SeedPair", "generate_seed_pairs", "generator_names"]
 
@@ -21,8 +21,8 @@ def generator_names() -> list[str]:
 
 
 def generate_seed_pairs(seed: int = 0, scale: float = 1.0, generators: list[str] | None = None) -> Iterator[SeedPair]:
-    """Yield distinct pairs from each generator: `scale` times its target count, stopping early when a template's
-    variant space runs dry (too many repeats in a row)."""
+    """Yield distinct pairs from each generator (a pair's rewritten variants right after it): `scale` times its
+    target count, stopping early when a template's variant space runs dry (too many repeats in a row)."""
     unknown = sorted(set(generators or []) - set(GENERATORS))
     if unknown:
         raise ValueError(f"unknown seed generator(s) {', '.join(unknown)}; known: {', '.join(GENERATORS)}")
@@ -33,15 +33,18 @@ def generate_seed_pairs(seed: int = 0, scale: float = 1.0, generators: list[str]
         rng = random.Random(f"{seed}:{name}")
         want = max(1, round(target * scale))
         made = repeats = 0
-        for pair in make(rng):
-            if pair.uid in seen:
+        for base in make(rng):
+            if base.uid in seen:
                 repeats += 1
                 if repeats > 200:
                     break
                 continue
             repeats = 0
-            seen.add(pair.uid)
-            made += 1
-            yield pair
+            for pair in [base] + base.variants:
+                if pair.uid in seen or made >= want:
+                    continue
+                seen.add(pair.uid)
+                made += 1
+                yield pair
             if made >= want:
                 break

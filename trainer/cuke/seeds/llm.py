@@ -6,11 +6,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from .dense import gemm_source
+from .codestyle import MODES_ALL
+from .dense import FP32_GEMM_STRATEGIES, gemm_source
 from .elementwise import pick_dtype
+from .ops import spelled
 from .render import (BF16, FP16, FP32, LAUNCH_CHECK, STREAM, CandidateSpec, DType, ProblemSpec, SeedPair,
-                     cuda_prelude, grid_1d, host_checks, make_pair, ptr, tensor_input)
-from .rowwise import RMS_STATS, ROWNORM_KERNEL, row_threads
+                     cuda_prelude, float_prelude, grid_1d, host_checks, make_pair, ptr, tensor_input)
+from .rowwise import RMS_STATS, ROWNORM_KERNEL, map_rows, row_mapping, row_prelude, row_threads, strategy_name
 
 ATTENTION_KERNEL = """
 // Flash-style attention on CUDA cores: a block owns QB query rows of one (batch, head); K/V tiles of KT keys are
@@ -137,12 +139,12 @@ def attention_pair(rng: random.Random, causal: bool, gqa: int, style: str, dtype
     if style == "sdpa":
         fwd.append(f"return F.scaled_dot_product_attention(q, k, v, is_causal={causal})")
     else:
-        fwd.append("scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale")
+        fwd.append(f"scores = {spelled('matmul', 'q', 'k.transpose(-2, -1)')} * self.scale")
         if causal:
             fwd += ["T = q.shape[-2]",
                     "mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=q.device), diagonal=1)",
                     'scores = scores.masked_fill(mask, float("-inf"))']
-        fwd += ["attn = torch.softmax(scores, dim=-1)", "return torch.matmul(attn, v)"]
+        fwd += [f"attn = {spelled('softmax', 'scores', dim=-1)}", f"return {spelled('matmul', 'attn', 'v')}"]
     init = ["self.num_heads = num_heads", "self.num_kv_heads = num_kv_heads", "self.scale = head_dim ** -0.5"]
     stem = "attention" + ("_causal" if causal else "") + ("_gqa" if gqa > 1 else "")
     body = ATTENTION_KERNEL.format(head_dim=d, causal="true" if causal else "false", stem=stem,
@@ -150,20 +152,19 @@ def attention_pair(rng: random.Random, causal: bool, gqa: int, style: str, dtype
                                    kp=ptr("k"), vp=ptr("v"), op=ptr("o", False), launch_check=LAUNCH_CHECK)
     dims_q = ["batch_size", "num_heads", "seq_len", "head_dim"]
     dims_kv = ["batch_size", "num_kv_heads", "seq_len", "head_dim"]
-    problem = ProblemSpec(doc=("Causal " if causal else "") + "scaled dot-product attention" +
-                          (f" with grouped KV heads ({gqa} query heads per KV head)." if gqa > 1 else "."),
+    problem = ProblemSpec(doc=("causal " if causal else "") + "scaled dot-product attention" +
+                          (f" with grouped KV heads ({gqa} query heads per KV head)" if gqa > 1 else ""),
                           init_params=["num_heads", "num_kv_heads", "head_dim"], init_body="\n".join(init),
                           forward_params=["q", "k", "v"], forward_body="\n".join(fwd), constants=consts,
                           inputs=[tensor_input(dims_q, dtype), tensor_input(dims_kv, dtype), tensor_input(dims_kv, dtype)],
                           init_inputs=["num_heads", "num_kv_heads", "head_dim"])
-    candidate = CandidateSpec(stem=stem, cuda_body=body, prelude=cuda_prelude(dtype),
-                              signature=f"torch::Tensor {stem}(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale)",
+    candidate = CandidateSpec(stem=stem, cuda_body=body, prelude=cuda_prelude(dtype, modes=MODES_ALL),
                               init_params=["num_heads", "num_kv_heads", "head_dim"], init_body="\n".join(init),
                               forward_params=["q", "k", "v"],
-                              forward_body=f"return {stem}_ext.{stem}(q.contiguous(), k.contiguous(), v.contiguous(), self.scale)")
+                              forward_body=f"return _ext_.{stem}(q.contiguous(), k.contiguous(), v.contiguous(), self.scale)")
     fams = ["attention", "softmax", "bmm"] + (["causal_mask"] if causal else []) + (["gqa"] if gqa > 1 else [])
     comp = "attention" + ("[causal]" if causal else "") + (f"[gqa{gqa}]" if gqa > 1 else "") + f"[{style}]"
-    return make_pair("attention", fams, 3, comp, dtype, problem, candidate)
+    return make_pair(rng, "attention", fams, 3, comp, dtype, problem, candidate, "flash_attention")
 
 
 CAUSAL_SOFTMAX_KERNEL = """
@@ -202,20 +203,24 @@ def causal_softmax_pair(rng: random.Random, dtype: DType) -> SeedPair:
            "mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=scores.device), diagonal=1)",
            f'scores = (scores * {scale}).masked_fill(mask, float("-inf"))' if scale != 1.0 else
            'scores = scores.masked_fill(mask, float("-inf"))',
-           "return torch.softmax(scores, dim=-1)"]
+           f"return {spelled('softmax', 'scores', dim=-1)}"]
     stem = "causal_softmax"
     body = CAUSAL_SOFTMAX_KERNEL.format(stem=stem, checks=host_checks(stem, ["x"], dtype), threads=row_threads(t),
                                         stream=STREAM, xp=ptr("x"), yp=ptr("y", False), launch_check=LAUNCH_CHECK)
-    problem = ProblemSpec(doc="Causally masked softmax of attention scores.", init_params=[], init_body="",
+    problem = ProblemSpec(doc="causally masked softmax of attention scores", init_params=[], init_body="",
                           forward_params=["scores"], forward_body="\n".join(fwd),
                           constants={"batch_size": b, "num_heads": h, "seq_len": t},
                           inputs=[tensor_input(["batch_size", "num_heads", "seq_len", "seq_len"], dtype)], init_inputs=[])
-    candidate = CandidateSpec(stem=stem, cuda_body=body, prelude=cuda_prelude(dtype, reductions=True),
-                              signature=f"torch::Tensor {stem}(torch::Tensor x, double scale)", init_params=[],
-                              init_body="", forward_params=["scores"],
-                              forward_body=f"return {stem}_ext.{stem}(scores.contiguous(), {scale})")
-    return make_pair("causal_softmax", ["causal_softmax", "softmax", "causal_mask"], 3,
-                     "causal_mask>softmax" + (f">scale{scale}" if scale != 1.0 else ""), dtype, problem, candidate)
+    flavour = rng.choices(["warp_shuffle", "smem_tree", "cub"], [3, 2, 2])[0]
+    threads = row_threads(t)
+    candidate = CandidateSpec(stem=stem, cuda_body=body,
+                              prelude=cuda_prelude(dtype, reductions=flavour,
+                                                   block_threads=threads if flavour == "cub" else None, modes=MODES_ALL),
+                              init_params=[], init_body="", forward_params=["scores"],
+                              forward_body=f"return _ext_.{stem}(scores.contiguous(), {scale})")
+    return make_pair(rng, "causal_softmax", ["causal_softmax", "softmax", "causal_mask"], 3,
+                     "causal_mask>softmax" + (f">scale{scale}" if scale != 1.0 else ""), dtype, problem, candidate,
+                     flavour)
 
 
 def _linear_host(stem: str, launch: str, x: str, w: str, epi: list[str], out: str, m: str, n: str, k: str) -> str:
@@ -228,24 +233,27 @@ def mlp_pair(rng: random.Random, swiglu: bool, residual: bool) -> SeedPair:
     tokens, d, hidden = rng.choice([(128, 256, 1024), (256, 256, 512), (64, 512, 1024), (512, 128, 512),
                                     (256, 384, 768), (128, 512, 1536)])
     act = rng.choice(("gelu", "gelu_tanh", "silu", "relu")) if not swiglu else "silu"
-    act_torch = {"gelu": "F.gelu(h)", "gelu_tanh": 'F.gelu(h, approximate="tanh")', "silu": "F.silu(h)",
-                 "relu": "torch.relu(h)"}[act]
+    act_torch = spelled({"gelu": "gelu", "gelu_tanh": "gelu_tanh", "silu": "silu", "relu": "relu"}[act], "h")
     act_cuda = {"gelu": "v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f));",
                 "gelu_tanh": "v = 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));",
                 "silu": "v = v / (1.f + expf(-v));", "relu": "v = fmaxf(v, 0.f);"}[act]
     consts = {"num_tokens": tokens, "dim": d, "hidden_dim": hidden}
     stem = ("swiglu_mlp" if swiglu else f"mlp_{act}") + ("_residual" if residual else "")
+    strategy = rng.choices(["register_tiled_gemm", "smem_tiled_gemm"], [FP32_GEMM_STRATEGIES["register_tiled_gemm"],
+                                                                        FP32_GEMM_STRATEGIES["smem_tiled_gemm"]])[0]
+    tile = rng.choice((16, 32))
     if swiglu:
         init = ["self.w_gate = nn.Parameter(torch.randn(hidden_dim, dim) * dim ** -0.5)",
                 "self.w_up = nn.Parameter(torch.randn(hidden_dim, dim) * dim ** -0.5)",
                 "self.w_down = nn.Parameter(torch.randn(dim, hidden_dim) * hidden_dim ** -0.5)"]
-        fwd = ["h = F.silu(F.linear(x, self.w_gate)) * F.linear(x, self.w_up)", "out = F.linear(h, self.w_down)"]
-        body = (gemm_source(f"{stem}_gate", "n", "t", [], "")
+        fwd = [f"h = {spelled('silu', spelled('linear', 'x', 'self.w_gate'))} * {spelled('linear', 'x', 'self.w_up')}",
+               f"out = {spelled('linear', 'h', 'self.w_down')}"]
+        body = (gemm_source(f"{stem}_gate", "n", "t", [], "", strategy, tile)
                 + gemm_source(f"{stem}_up", "n", "t", [("gate", "float")],
                               "                const float g = gate[(long long)m * N + n];\n"
-                              "                v = g / (1.f + expf(-g)) * v;")
+                              "                v = g / (1.f + expf(-g)) * v;", strategy, tile)
                 + gemm_source(f"{stem}_down", "n", "t", [("residual", "float")] if residual else [],
-                              "                v += residual[(long long)m * N + n];" if residual else ""))
+                              "                v += residual[(long long)m * N + n];" if residual else "", strategy, tile))
         tensors = ["x", "w_gate", "w_up", "w_down"] + (["residual"] if residual else [])
         host = [f"torch::Tensor {stem}({', '.join('torch::Tensor ' + t for t in tensors)}) {{",
                 host_checks(stem, tensors, FP32),
@@ -266,11 +274,13 @@ def mlp_pair(rng: random.Random, swiglu: bool, residual: bool) -> SeedPair:
                 "self.b1 = nn.Parameter(0.1 * torch.randn(hidden_dim))",
                 "self.w2 = nn.Parameter(torch.randn(dim, hidden_dim) * hidden_dim ** -0.5)",
                 "self.b2 = nn.Parameter(0.1 * torch.randn(dim))"]
-        fwd = ["h = F.linear(x, self.w1, self.b1)", f"h = {act_torch}", "out = F.linear(h, self.w2, self.b2)"]
+        fwd = [f"h = {spelled('linear_bias', 'x', 'self.w1', 'self.b1')}", f"h = {act_torch}",
+               f"out = {spelled('linear_bias', 'h', 'self.w2', 'self.b2')}"]
         body = (gemm_source(f"{stem}_fc1", "n", "t", [("bias", "float")],
-                            "                v += bias[n];\n                " + act_cuda)
+                            "                v += bias[n];\n                " + act_cuda, strategy, tile)
                 + gemm_source(f"{stem}_fc2", "n", "t", [("bias", "float")] + ([("residual", "float")] if residual else []),
-                              "                v += bias[n];" + ("\n                v += residual[(long long)m * N + n];" if residual else "")))
+                              "                v += bias[n];" + ("\n                v += residual[(long long)m * N + n];" if residual else ""),
+                              strategy, tile))
         tensors = ["x", "w1", "b1", "w2", "b2"] + (["residual"] if residual else [])
         host = [f"torch::Tensor {stem}({', '.join('torch::Tensor ' + t for t in tensors)}) {{",
                 host_checks(stem, tensors, FP32),
@@ -289,19 +299,18 @@ def mlp_pair(rng: random.Random, swiglu: bool, residual: bool) -> SeedPair:
         call.append("x.contiguous()")
     fwd.append("return out")
     body = body + "\n" + "\n".join(host)
-    problem = ProblemSpec(doc=("SwiGLU feed-forward block" if swiglu else f"Two-layer MLP with {act}") +
-                          (" and a residual connection." if residual else "."),
+    problem = ProblemSpec(doc=("SwiGLU feed-forward block" if swiglu else f"two-layer MLP with {act}") +
+                          (" and a residual connection" if residual else ""),
                           init_params=["dim", "hidden_dim"], init_body="\n".join(init), forward_params=["x"],
                           forward_body="\n".join(fwd), constants=consts,
                           inputs=[tensor_input(["num_tokens", "dim"], FP32)], init_inputs=["dim", "hidden_dim"])
-    candidate = CandidateSpec(stem=stem, cuda_body=body, prelude=cuda_prelude(FP32),
-                              signature=f"torch::Tensor {stem}({', '.join('torch::Tensor ' + t for t in tensors)})",
+    candidate = CandidateSpec(stem=stem, cuda_body=body, prelude=float_prelude(),
                               init_params=["dim", "hidden_dim"], init_body="\n".join(init), forward_params=["x"],
-                              forward_body=f"return {stem}_ext.{stem}({', '.join(call)})")
+                              forward_body=f"return _ext_.{stem}({', '.join(call)})")
     family = "swiglu" if swiglu else "mlp"
     fams = [family, "linear", "gemm", act] + (["residual_add"] if residual else [])
     comp = f"{family}[{act}]" + ("+residual" if residual else "")
-    return make_pair(family, fams, 3, comp, FP32, problem, candidate)
+    return make_pair(rng, family, fams, 3, comp, FP32, problem, candidate, strategy)
 
 
 ROTARY_KERNEL = """
@@ -353,18 +362,17 @@ def rotary_pair(rng: random.Random, dtype: DType) -> SeedPair:
                                 grid=grid_1d("pairs"), stream=STREAM, xp=ptr("x"), cp=ptr("cos_t"), sp=ptr("sin_t"),
                                 yp=ptr("y", False), launch_check=LAUNCH_CHECK)
     consts = {"batch_size": b, "num_heads": h, "seq_len": t, "head_dim": d, "base": base}
-    problem = ProblemSpec(doc="Rotary position embedding (rotate-half) applied to [B, H, T, D].",
+    problem = ProblemSpec(doc="rotary position embedding (rotate-half) applied to [B, H, T, D]",
                           init_params=["head_dim", "max_seq_len", "base"], init_body="\n".join(init),
                           forward_params=["x"], forward_body="\n".join(fwd), constants=consts,
                           inputs=[tensor_input(["batch_size", "num_heads", "seq_len", "head_dim"], dtype)],
                           init_inputs=["head_dim", "seq_len", "base"])
-    candidate = CandidateSpec(stem=stem, cuda_body=body, prelude=cuda_prelude(dtype),
-                              signature=f"torch::Tensor {stem}(torch::Tensor x, torch::Tensor cos_t, torch::Tensor sin_t)",
+    candidate = CandidateSpec(stem=stem, cuda_body=body, prelude=cuda_prelude(dtype, modes=MODES_ALL),
                               init_params=["head_dim", "max_seq_len", "base"], init_body="\n".join(init),
                               forward_params=["x"],
-                              forward_body=f"return {stem}_ext.{stem}(x.contiguous(), self.cos_cached, self.sin_cached)")
-    return make_pair("rotary_embedding", ["rotary_embedding", "concat", "elementwise_chain"], 3, "rotary[rotate_half]",
-                     dtype, problem, candidate)
+                              forward_body=f"return _ext_.{stem}(x.contiguous(), self.cos_cached, self.sin_cached)")
+    return make_pair(rng, "rotary_embedding", ["rotary_embedding", "concat", "elementwise_chain"], 3,
+                     "rotary[rotate_half]", dtype, problem, candidate, "grid_stride")
 
 
 def llm_rmsnorm_pair(rng: random.Random, residual: bool, dtype: DType) -> SeedPair:
@@ -380,30 +388,34 @@ def llm_rmsnorm_pair(rng: random.Random, residual: bool, dtype: DType) -> SeedPa
     load = "load_f(store_f(load_f(x[base + c]) + load_f(res[base + c])))" if residual else "load_f(x[base + c])"
     tensors = (["res"] if residual else []) + ["weight"]
     extra_checks = host_checks(stem, tensors, dtype) + f'\n    TORCH_CHECK(weight.numel() == n, "{stem}: weight must have x.size(-1) elements");'
-    body = ROWNORM_KERNEL.format(doc="fp32 statistics; the normalised value is rounded to the input dtype before "
-                                     "the weight multiply, as the reference does.",
-                                 stem=stem, extra_params="".join(f"const elem_t* __restrict__ {t}, " for t in tensors),
-                                 stats=RMS_STATS.format(load=load), load=load,
-                                 write="        v = load_f(weight[c]) * load_f(store_f(v * rstd));", post="",
-                                 extra_args="".join(f", torch::Tensor {t}" for t in tensors),
-                                 checks=host_checks(stem, ["x"], dtype), extra_checks=extra_checks,
-                                 threads=row_threads(d), stream=STREAM, xp=ptr("x"),
-                                 extra_ptrs="".join(ptr(t) + ", " for t in tensors), yp=ptr("y", False),
-                                 launch_check=LAUNCH_CHECK)
+    mode, flavour = row_mapping(rng, d)
+    threads = row_threads(d) if mode == "block" else rng.choice((128, 256))
+    kernel = ROWNORM_KERNEL.format(doc="fp32 statistics; the normalised value is rounded to the input dtype before "
+                                       "the weight multiply, as the reference does.",
+                                   stem=stem, extra_params="".join(f"const elem_t* __restrict__ {t}, " for t in tensors),
+                                   cache_decl="", stats=RMS_STATS.format(load=load, cache=""), load2=load,
+                                   write="        v = load_f(weight[c]) * load_f(store_f(v * rstd));", post="")
+    host = "\n".join([
+        f"torch::Tensor {stem}(torch::Tensor x{''.join(', torch::Tensor ' + t for t in tensors)}, double eps) {{",
+        host_checks(stem, ["x"], dtype), "    auto y = torch::empty_like(x);", "    if (y.numel() == 0) return y;",
+        "    const int64_t n = x.size(-1);", "    const int64_t rows = x.numel() / n;", extra_checks,
+        f"    {stem}_kernel<<<{map_rows('@LAUNCH@', mode, threads)}, 0, {STREAM}>>>({ptr('x')}, "
+        f"{''.join(ptr(t) + ', ' for t in tensors)}{ptr('y', False)}, rows, n, (float)eps);",
+        LAUNCH_CHECK, "    return y;", "}"])
     fwd_params = ["x"] + (["residual"] if residual else [])
     call = ["x.contiguous()"] + (["residual.contiguous()"] if residual else []) + ["self.weight", "self.eps"]
-    problem = ProblemSpec(doc="RMSNorm as in Llama/Qwen decoders" + (", applied to x + residual." if residual else "."),
+    problem = ProblemSpec(doc="RMSNorm as in Llama-style decoders" + (", applied to x + residual" if residual else ""),
                           init_params=["dim", "eps"], init_body="\n".join(init), forward_params=fwd_params,
                           forward_body="\n".join(fwd), constants={"num_tokens": tokens, "dim": d},
                           inputs=[tensor_input(["num_tokens", "dim"], dtype)] * len(fwd_params),
                           init_inputs=["dim", repr(eps)])
-    candidate = CandidateSpec(stem=stem, cuda_body=body, prelude=cuda_prelude(dtype, reductions=True),
-                              signature=f"torch::Tensor {stem}(torch::Tensor x{''.join(', torch::Tensor ' + t for t in tensors)}, double eps)",
+    candidate = CandidateSpec(stem=stem, cuda_body=map_rows(kernel, mode, threads) + "\n" + host,
+                              prelude=row_prelude(dtype, mode, flavour, threads),
                               init_params=["dim", "eps"], init_body="\n".join(init), forward_params=fwd_params,
-                              forward_body=f"return {stem}_ext.{stem}({', '.join(call)})")
+                              forward_body=f"return _ext_.{stem}({', '.join(call)})")
     fams = ["rms_norm", "llm_rmsnorm"] + (["residual_add"] if residual else [])
-    return make_pair("llm_rmsnorm", fams, 3, "residual_add>rms_norm[hf]" if residual else "rms_norm[hf]", dtype,
-                     problem, candidate)
+    return make_pair(rng, "llm_rmsnorm", fams, 3, "residual_add>rms_norm[hf]" if residual else "rms_norm[hf]", dtype,
+                     problem, candidate, strategy_name(mode, flavour))
 
 
 def gen_llm(rng: random.Random) -> Iterator[SeedPair]:
