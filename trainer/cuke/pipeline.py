@@ -288,7 +288,7 @@ def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | Non
                        ("eval_heldout.jsonl", evaluation)):
         _write_jsonl(out / name, rows)
     return ({"sft": len(sft), "infill_tasks": len(infill), "e2e_tasks": len(e2e), "eval_heldout": len(evaluation),
-             "heldout_families": plan.families, "heldout_compositions": plan.compositions}, train)
+             "heldout_families": plan.families, "heldout_styles": plan.styles, "heldout_compositions": plan.compositions}, train)
 
 
 COMPILE_ONLY_NOTE = """UNVERIFIED: these pairs were only compiled (no CUDA device was used), so neither numerical
