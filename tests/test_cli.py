@@ -113,6 +113,9 @@ BROKEN_MODULES = {
     "syntax_error.py": "import torch\n\n\nclass Model(torch.nn.Module:\n    pass\n",
     "no_get_inputs.py": "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n",
     "no_model.py": "def get_inputs():\n    return []\n",
+    "no_get_init_inputs.py": ("import torch\n\n\nclass Model(torch.nn.Module):\n    def __init__(self, dim):\n"
+                              "        super().__init__()\n\n    def forward(self, x):\n        return x\n\n\n"
+                              "def get_inputs():\n    return [torch.randn(4)]\n"),
 }
 
 

@@ -58,6 +58,17 @@ def test_problem_from_source_requires_model_and_inputs():
         Problem.from_source("def (:\n")
 
 
+def test_a_constructor_with_arguments_needs_get_init_inputs():
+    needs = REFERENCE.replace("def get_init_inputs():\n    return []\n", "").replace(
+        "class Model(torch.nn.Module):", "class Model(torch.nn.Module):\n    def __init__(self, dim, eps=1e-5, *, "
+        "scale):\n        super().__init__()\n")
+    with pytest.raises(InputError, match=r"`Model.__init__` takes dim, scale but there is no `get_init_inputs\(\)`"):
+        Problem.from_source(needs)
+    assert Problem.from_source(needs + "\ndef get_init_inputs():\n    return [8]\n")
+    # Every parameter has a default: the module is built with none, and get_init_inputs may be left out.
+    assert Problem.from_source(needs.replace("dim, eps=1e-5, *, scale", "dim=8, *, scale=1.0"))
+
+
 def test_unreadable_problem_file_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="cannot read"):
         Problem.from_file(tmp_path / "missing.py")

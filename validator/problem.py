@@ -289,6 +289,13 @@ class Problem:
                 f"{path or 'the reference'}: no `get_inputs()` function; add one returning the forward() "
                 f"arguments, e.g. `def get_inputs(): return [torch.randn(1024, 1024)]`."
             )
+        needed = _required_init_arguments(tree, class_name)
+        if needed and "get_init_inputs" not in names:
+            raise InputError(
+                f"{path or 'the reference'}: `{class_name}.__init__` takes {', '.join(needed)} but there is no "
+                f"`get_init_inputs()` to supply them; add one returning the constructor arguments, e.g. "
+                f"`def get_init_inputs(): return [{', '.join('...' for _ in needed)}]`."
+            )
         return cls(source=py_source, path=str(path) if path else None, class_name=class_name)
 
     @classmethod
@@ -412,6 +419,21 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 # ---------------------------------------------------------------- static extraction of load_inline / load calls
 
 EXTENSION_MODULE = "torch.utils.cpp_extension"
+
+
+def _required_init_arguments(tree: ast.Module, class_name: str) -> list[str]:
+    """The constructor parameters of the top-level class that have no default: a module built with no arguments
+    needs no `get_init_inputs()`, one whose constructor needs them does."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    args = item.args
+                    positional = args.posonlyargs + args.args
+                    without_default = positional[1:len(positional) - len(args.defaults)]  # the first is self
+                    keyword_only = [a for a, default in zip(args.kwonlyargs, args.kw_defaults) if default is None]
+                    return [a.arg for a in without_default + keyword_only]
+    return []
 
 
 class _Unresolved(Exception):
