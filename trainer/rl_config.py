@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dice_copilot.model.decoding import STRATEGIES
+from dice_copilot.validator.api import Budget
 
 from .training_config import TrainingConfig
 
@@ -84,9 +85,9 @@ class RLConfig(TrainingConfig):
     # Adds weight * clip(ln(speedup), -1, ln 10) to a correct kernel's reward (timing on, slower verdicts).
     # DICE: 0 (binary reward). The cap stops the policy chasing the 10x region where timing hacks live.
     speedup_weight: float = 0.0
-    # Per-build and per-check limits of a verdict, in seconds.
-    compile_timeout_s: float = 180.0
-    check_timeout_s: float = 20.0
+    # Per-build and per-check limits of a verdict, in seconds (the validator's own defaults).
+    compile_timeout_s: float = Budget.compile_timeout_s
+    check_timeout_s: float = Budget.call_timeout_s
 
     # --- objective (TraceRL, docs/decoding.md#tracerl-loss) ---------------------------------------------------
     clip_epsilon: float = 0.2
