@@ -287,7 +287,7 @@ def test_reorders_define_every_name_before_its_use():
                 first_def.setdefault(name, k)
         position = {item.strip(): k for k, item in enumerate(items)}
         for k, item in enumerate(original):
-            used = set(_IDENTIFIER.findall(_strip(item))) - _defines(item)
+            used = set(_IDENTIFIER.findall(_strip(item)))
             for name in used:
                 if name in first_def and first_def[name] < k:
                     assert position[original[first_def[name]].strip()] < position[item.strip()], (pair.uid, name)

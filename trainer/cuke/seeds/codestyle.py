@@ -501,15 +501,17 @@ def _signatures(source: str, stem: str, style: CodeStyle) -> str:
 
 def host_declaration(source: str, host: str) -> str:
     """The declaration of the host function `host` as defined in `source` (for cpp_sources)."""
-    match = re.search(rf"^((?:torch|at)::Tensor|std::tuple<[^\n]*?>|std::vector<[^\n]*?>|void)\s+{host}\s*\(", source,
-                      re.M)
-    if match is None:
-        raise ValueError(f"no definition of the host function {host}")
-    depth, i = 1, match.end()
-    while depth:
-        depth += {"(": 1, ")": -1}.get(source[i], 0)
-        i += 1
-    return " ".join(source[match.start():i].split()) + ";"
+    for match in _DEFINITION.finditer(source):
+        if match.group(2) == host:
+            depth, i = 1, match.end()
+            while depth:
+                depth += {"(": 1, ")": -1}.get(source[i], 0)
+                i += 1
+            return " ".join(source[match.start():i].split()) + ";"
+    raise ValueError(f"no definition of the host function {host}")
+
+
+_DEFINITION = re.compile(r"^((?:torch|at)::Tensor|std::tuple<[^\n]*?>|std::vector<[^\n]*?>|void)\s+(\w+)\s*\(", re.M)
 
 
 def _comments(source: str, style: CodeStyle, op_doc: str, strategy: str, dtype: str) -> str:
@@ -566,10 +568,14 @@ def _rename_stem(source: str, stem: str, host: str, style: CodeStyle) -> str:
             return host
         return spell(style.kernel_scheme.format(s=stem, suffix=suffix[1:]), convention)
 
-    return re.sub(rf"(?<![\w.]){re.escape(stem)}((?:_[A-Za-z0-9]+)*)\b", name_of, source)
+    pattern = _STEM_PATTERNS.get(stem)
+    if pattern is None:
+        pattern = _STEM_PATTERNS[stem] = re.compile(rf"(?<![\w.]){re.escape(stem)}((?:_[A-Za-z0-9]+)*)\b")
+    return pattern.sub(name_of, source)
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_STEM_PATTERNS: dict[str, re.Pattern] = {}  # one per stem, compiled once
 
 
 def rename_identifiers(source: str, style: CodeStyle) -> str:
@@ -603,18 +609,20 @@ def rename_identifiers(source: str, style: CodeStyle) -> str:
     mapping = {k: v for k, v in mapping.items() if k != v}
     if not mapping:
         return source
-    names = "|".join(sorted(map(re.escape, mapping), key=len, reverse=True))
-    code_pattern = re.compile(r"(?<![\w.>:])(" + names + r")\b")
     in_strings = {k: v for k, v in mapping.items() if k in PARAM_NAMES}
-    string_pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, in_strings)) + r")\b") if in_strings else None
     out = []
     for kind, text in _segments(source):
         if kind == "code":
-            text = code_pattern.sub(lambda m: mapping[m.group(1)], text)
-        elif kind == "string" and string_pattern is not None:
-            text = string_pattern.sub(lambda m: in_strings[m.group(1)], text)
+            text = _CODE_NAME.sub(lambda m: mapping.get(m.group(1), m.group(1)), text)
+        elif kind == "string" and in_strings:
+            text = _STRING_NAME.sub(lambda m: in_strings.get(m.group(1), m.group(1)), text)
         out.append(text)
     return "".join(out)
+
+
+# An identifier not reached through `.`, `->` or `::` (those name members or namespaces).
+_CODE_NAME = re.compile(r"(?<![\w.>:])([A-Za-z_]\w*)")
+_STRING_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
 
 
 _SEGMENT = re.compile(r'(//[^\n]*|/\*.*?\*/)|("(?:\\.|[^"\\\n])*")|(^[ \t]*#[ \t]*include[^\n]*)', re.S | re.M)

@@ -26,7 +26,9 @@ def reorder_definitions(source: str, rng: random.Random) -> str | None:
     defined = [_defines(item) for item in movable]
     deps = []
     for i, item in enumerate(movable):
-        used = set(_IDENTIFIER.findall(_strip(item))) - defined[i]
+        # an item's own names count as uses too: an overload or a specialisation stays after the earlier
+        # definition of its name
+        used = set(_IDENTIFIER.findall(_strip(item)))
         deps.append({j for j in range(i) if defined[j] & used})
     order, placed = [], set()
     while len(order) < len(movable):

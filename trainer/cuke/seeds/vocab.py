@@ -542,3 +542,47 @@ ATTRIBUTES = {
     "w_down": ["w_down", "down_proj", "w2"], "num_heads": ["num_heads", "n_heads", "heads"],
     "smooth": ["smooth", "smoothing", "eps"],
 }
+
+COMPONENTS += [
+    "patch embedding", "positional encoding", "cross-attention block", "adapter", "LoRA branch", "prefix encoder",
+    "length regulator", "duration predictor", "pitch predictor", "mel decoder", "waveform generator", "codebook",
+    "vector quantiser", "contrastive head", "similarity head", "retrieval tower", "candidate scorer",
+    "feature crossing layer", "deep-and-cross block", "interaction layer", "field embedding", "time embedding",
+    "noise predictor", "U-Net level", "ResNet stage", "inverted residual", "depthwise block", "squeeze step",
+    "excitation step", "pyramid pooling module", "decoder upsampler", "instance head", "mask head", "box head",
+    "keypoint head", "heatmap head", "offset branch", "flow decoder", "cost volume", "correlation layer",
+    "recurrent cell", "gating unit", "highway layer", "memory read head", "memory write head", "planner",
+    "dynamics model", "reward predictor", "inverse model", "tokeniser embedding", "vocabulary projection",
+]
+MODEL_KINDS += [
+    "conformer", "wav2vec-style encoder", "neural codec", "diffusion transformer", "latent diffusion model",
+    "masked autoencoder", "contrastive learner", "siamese network", "two-tower recommender", "factorisation machine",
+    "temporal convolutional network", "graph attention network", "message-passing network", "equivariant network",
+    "implicit neural representation", "neural ODE", "hypernetwork", "mixture density network", "energy-based model",
+    "decision transformer", "vision-language model", "document transformer", "long-context transformer",
+    "efficient transformer", "hybrid CNN-transformer", "U-Net", "feature pyramid network", "YOLO-style detector",
+    "DETR-style detector", "pose transformer", "video transformer", "sparse transformer", "retrieval-augmented model",
+]
+DOMAINS += [
+    "wildlife monitoring", "crop disease detection", "manufacturing inspection", "semiconductor defect detection",
+    "structural health monitoring", "power grid forecasting", "wind power forecasting", "solar forecasting",
+    "air quality prediction", "flood forecasting", "wildfire detection", "supply chain planning", "demand forecasting",
+    "credit scoring", "insurance pricing", "churn prediction", "customer support", "speech translation",
+    "speaker diarisation", "emotion recognition", "lyrics transcription", "bird song classification",
+    "radio astronomy", "gravitational-wave detection", "cosmology", "fluid dynamics", "weather nowcasting",
+    "molecular dynamics", "protein folding", "antibody design", "single-cell genomics", "microscopy",
+    "histopathology", "endoscopy", "ultrasound imaging", "dental imaging", "retinal imaging", "mammography",
+]
+DATASETS += [
+    "Open Catalyst", "OGB-LSC", "PCQM4M", "MD17", "AlphaFold DB", "TCGA", "PatchCamelyon", "ISIC", "LIDC-IDRI",
+    "UK Biobank", "PhysioNet", "EuroSAT", "BigEarthNet", "xView", "SpaceNet", "DOTA", "Argoverse", "Lyft Level 5",
+    "CARLA runs", "RoboNet", "Meta-World", "D4RL", "Procgen", "NetHack", "Minecraft videos", "HowTo100M",
+    "Something-Something", "Ego4D", "LRS3", "GigaSpeech", "VCTK", "LJSpeech", "MAESTRO", "MusicCaps", "FSD50K",
+    "ESC-50", "UrbanSound8K", "GTZAN", "Criteo 1TB", "Avazu", "KuaiRand", "Taobao clicks", "Outbrain", "Tiny Shakespeare",
+]
+PURPOSES += [
+    "We saw this {comp} eat most of the step time on {data}.", "Copied out of the {comp} to try a fused kernel.",
+    "The {domain} team asked for a faster {comp}.", "In production this {comp} runs for every request.",
+    "Same maths as the {comp} in our {kind}, without the surrounding model.",
+    "Profiled on {data}-sized batches; the rest of the {kind} is omitted.",
+]
