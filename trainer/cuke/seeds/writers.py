@@ -195,11 +195,12 @@ class ProblemWriter:
 
     # ------------------------------------------------ names
 
-    def name_map(self, spec) -> dict[str, str]:
-        """Canonical forward/constructor parameter names -> this file's names (computed once per pair)."""
+    def name_map(self, spec, forward: str = "") -> dict[str, str]:
+        """Canonical forward/constructor parameter names -> this file's names (computed once per pair), avoiding
+        every name of the constructor and of the forward as laid out (`forward`)."""
         if self.names:
             return self.names
-        used = set(_python_names(spec.forward_body)) | set(_python_names(spec.init_body))
+        used = set(_python_names(spec.forward_body)) | set(_python_names(spec.init_body)) | set(_python_names(forward))
         used |= set(spec.forward_params) | set(spec.init_params) | {"self", "torch", "nn", "F", "math"}
         mapping: dict[str, str] = {}
         for p in spec.forward_params:
@@ -392,9 +393,9 @@ def _substitute(expr: str, var: str, value: str) -> str:
 
 def render_problem(spec, writer: ProblemWriter) -> str:
     """The problem module: imports, optional size constants, Model, get_inputs(), get_init_inputs()."""
-    names = writer.name_map(spec)
-    forward = writer.resolve(spec.forward_body)
-    forward = _comment_lines(writer.rename(layout_forward(forward, writer), spec), writer)
+    forward = layout_forward(writer.resolve(spec.forward_body), writer)
+    names = writer.name_map(spec, forward)
+    forward = _comment_lines(writer.rename(forward, spec), writer)
     init_body = writer.rename(spec.init_body, spec)
     constants = dict(spec.constants)
     const_names = writer.constant_names(constants, set(names.values()) | set(_python_names(forward)))
