@@ -89,7 +89,9 @@ def test_gradient_checkpointing_does_not_change_the_result(tmp_path, tokenizer_d
     plain = train_sft(tiny_sft_config(tmp_path / "plain", kernels_file, tokenizer_dir, max_steps=2))
     recomputed = train_sft(tiny_sft_config(tmp_path / "ckpt", kernels_file, tokenizer_dir, max_steps=2,
                                            gradient_checkpointing=True))
-    assert recomputed.losses == pytest.approx(plain.losses, rel=1e-6)
+    # (step, loss) pairs: pytest >= 9.2 does not compare nested sequences approximately, so steps and losses apart.
+    assert [step for step, _ in recomputed.losses] == [step for step, _ in plain.losses]
+    assert [loss for _, loss in recomputed.losses] == pytest.approx([loss for _, loss in plain.losses], rel=1e-6)
     expected, actual = parameters_of(plain.checkpoint_dir), parameters_of(recomputed.checkpoint_dir)
     assert all(torch.allclose(expected[n], actual[n], atol=1e-6) for n in expected)
 
