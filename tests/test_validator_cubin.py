@@ -3,6 +3,7 @@ launched through generated launchers; host objects reused across kernel-body inf
 build; every construct the split cannot handle falls back to the load_inline layout; kernel errors keep mapping to
 the candidate's lines."""
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -422,6 +423,43 @@ def test_a_failing_gold_link_is_redone_with_the_default_linker(fake_builder, mon
     result = fake_builder.build(_spec(HONEST))
     assert result.ok, result.log
     assert "cannot find 'ld'" in result.log and result.log.count("-o dice_") == 2  # gold, then the default
+
+
+# What models write (the bench's candidates too): torch/extension.h and a torch CUDA header in the CUDA source.
+MODEL_STYLE = HONEST.replace('kernel = """\n', 'kernel = """\n#include <torch/extension.h>\n'
+                                             '#include <c10/cuda/CUDAStream.h>\n')
+
+
+@pytest.mark.parametrize("call_edit", [
+    None,
+    # flags torch reads as no flag at all (the KernelBench example's form) or as nvcc's only
+    ('functions=["twice"])', 'functions=["twice"], extra_cflags=[""], extra_ldflags=[""])'),
+    ('functions=["twice"])', 'functions=["twice"], extra_cflags=[" "], extra_cuda_cflags=["-O3"], verbose=False)'),
+])
+def test_a_cold_build_with_the_common_flags_uses_the_one_time_setup(tmp_path, call_edit):
+    # A cold verdict's time is the host unit's g++ run: it must use a precompiled header the one-time setup built
+    # (not one it starts building, nor none) and take the glue object the setup prebuilt.
+    fake = tmp_path / "fake-compiler"
+    fake.write_text(FAKE_COMPILER.format(python=sys.executable))
+    fake.chmod(0o755)
+    builder = ExtensionBuilder(CompileConfig(cache_dir=tmp_path / "cache", nvcc=str(fake), cxx=str(fake)))
+    assert all(builder.prepare_common_headers())
+    built_by_setup = sorted((tmp_path / "cache" / "pch").iterdir())
+    source = MODEL_STYLE if call_edit is None else MODEL_STYLE.replace(*call_edit)
+    assert call_edit is None or source != MODEL_STYLE
+
+    result = builder.build(_spec(source))
+    assert result.ok and result.strategy == "split", result.log
+    assert result.reused_units == ["main.cpp"] and "main.cpp" not in result.compiled_units, result.log
+    [host_command] = [line for line in result.log.splitlines() if line.endswith("-c host.cpp -o host.cpp.o")]
+    words = shlex.split(host_command)
+    assert words[words.index("-include") + 1] == PCH_HEADER, host_command
+    pch_dir = Path(words[words.index("-include") - 1])
+    assert pch_dir in built_by_setup  # the light header's variant with the CUDA headers the host unit starts with
+    assert (pch_dir / PCH_HEADER).read_text().splitlines() == ["#include <torch/types.h>",
+                                                               "#include <c10/cuda/CUDAStream.h>",
+                                                               "#include <cuda_runtime.h>"]
+    assert not builder._pch_building and sorted((tmp_path / "cache" / "pch").iterdir()) == built_by_setup
 
 
 def test_an_object_built_before_the_precompiled_header_was_ready_is_reused_after(fake_builder, tmp_path):
