@@ -17,6 +17,7 @@ import dice_copilot.validator as validator_package
 from dice_copilot.validator import Budget, Candidate, Problem, ValidatorPool
 from dice_copilot.validator.compile import CompileConfig, default_cache_dir
 from dice_copilot.validator.static_checks import check_static
+from dice_copilot.validator.verdict import Outcome
 from validator_corpus.corpus import FOLDER, PROBLEMS, Entry, entries, judge, torch_has_cuda_headers
 
 ENTRIES = entries()
@@ -205,7 +206,7 @@ def test_compiles_here(entry, compile_verdicts):
     if reason:
         pytest.skip(reason)
     verdict = compile_verdicts(entry, "ide")
-    if str(getattr(verdict, "outcome", "")) == "not_checked" or verdict.failure_code == "environment":
+    if verdict.outcome is Outcome.NOT_CHECKED:
         pytest.skip(f"the validator cannot check it here: {verdict.failure}")
     assert verdict.passed, f"{verdict.failure_code}: {verdict.failure}\n{verdict.compiler_log[-3000:]}"
     assert verdict.compile_only and verdict.stage == "compile"

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cuke.textsim import MinHasher, normalized_tokens, shingle_hashes
+from ..jsonl import json_objects
 from ..text_stats import text_stats
 from .licences import permissive_expression
 from .sources import (DEFAULT_INDEX, DEFAULT_SDISTS, SOURCES, cuda_toolkit_headers, installed_packages,
@@ -120,7 +121,8 @@ def build_corpus(config: CorpusConfig, log=print) -> dict:
         "splits": {name: {"files": t.files, "chars": t.chars, "chunks": t.chunks, "by_origin": dict(t.by_origin),
                           "by_suffix": dict(t.by_suffix.most_common()), "by_licence": dict(t.by_licence.most_common())}
                    for name, t in tallies.items()},
-        "variety": {name: text_stats(_texts(out / f"{name}{suffix}")).as_dict() for name in tallies},
+        "variety": {name: text_stats(record["text"] for _, record in json_objects(out / f"{name}{suffix}", CorpusError))
+                    .as_dict() for name in tallies},
         "skipped": dict(skipped.most_common()),
         "packages": {name: dict(counts) for name, counts in sorted(per_package.items())},
         "seconds": round(time.monotonic() - started, 1),
@@ -200,13 +202,6 @@ def _collect(config: CorpusConfig, skipped: Counter, log):
 
 def _clean(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").strip("\n") + "\n"
-
-
-def _texts(path: Path):
-    opener = lzma.open if path.suffix == ".xz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for line in handle:
-            yield json.loads(line)["text"]
 
 
 class _NearDuplicates:
