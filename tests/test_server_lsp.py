@@ -25,6 +25,11 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow, pytest
 BAD_MIDDLE = "if (i < n) out[i] = undefined_symbol * 2.0f;"
 PY_GOOD_MIDDLE = "if (i < n) out[i] = x[i] * 2.0f;"
 SLOW_S = 1.5
+# A body that nvcc needs seconds to compile (a fully unrolled loop of 4,096 steps: 7.8 s on this project's CPU
+# machine), so that a superseding request always finds the compiler still running, on any machine.
+SLOW_TO_COMPILE_MIDDLE = ("float kill_marker = x[i]; _Pragma(\"unroll\") for (int k = 0; k < 4096; ++k) "
+                          "kill_marker = __sinf(kill_marker * (k + 1.5f)) + x[i + k]; out[i] = kill_marker;")
+COMPILER_PROCESSES = {"nvcc", "cicc", "ptxas", "cudafe++", "gcc", "g++", "c++", "cc1plus"}
 
 
 def generated_module() -> str:
@@ -48,7 +53,7 @@ async def session(tmp_path_factory):
         {"when": "// version-a", "middles": [""], "delayS": 30},
         {"when": "// version-b", "middles": [""]},
         {"when": "// cancel-me", "middles": [""], "delayS": SLOW_S},
-        {"when": "// kill-me", "middles": ["int unused_kill_marker = 1;"]},
+        {"when": "// kill-me", "middles": [SLOW_TO_COMPILE_MIDDLE]},
     ], kernel=[{"when": "class Model", "modules": ["not python at all", generated_module()]}])
     settings = {"checkpoint": str(checkpoint), "autoBudgetMs": 300, "invokedBudgetMs": 600_000,
                 "maxCandidates": 2, "maxNewTokens": 32, "validation": {"timeoutS": 600}}
@@ -190,14 +195,22 @@ async def test_superseding_kills_validation_subprocesses(session):
     worker = (await execute(client, STATUS_COMMAND))["validationWorkerPid"]
     first = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, *hole,
                                                                                              invoked=True)))
+    # The log says the first job is validating and a compiler runs under the worker (a compiler alone proves
+    # nothing: the worker's warm-up compiles in the background, even before the first request is sent).
     await wait_until(lambda: "killed_kernel" in log_text(client) and "validating 1 candidate(s) together" in log_text(
-        client).split("killed_kernel")[-1], 30, "validation of the first job")
-    await asyncio.sleep(0.5)  # let nvcc start
+        client).split("killed_kernel")[-1] and compiler_running_under(worker), 60, "the first job's compile")
     await client.text_document_inline_completion_async(inline_params(uri, hole[0] - 1, 4))  # another spot
     assert (await asyncio.wait_for(first, 10)).items == ()
     await wait_until(lambda: "killed validation worker pid" in log_text(client), 10, "the worker kill")
     assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
     assert (await execute(client, STATUS_COMMAND))["validationWorkerKills"] >= 1
+
+
+def compiler_running_under(pid: int) -> bool:
+    try:
+        return any(child.name() in COMPILER_PROCESSES for child in psutil.Process(pid).children(recursive=True))
+    except psutil.Error:  # a child that ended between the listing and its name
+        return False
 
 
 async def test_code_action_generates_a_new_kernel_file(session):
