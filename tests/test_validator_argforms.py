@@ -557,6 +557,65 @@ def test_torchs_own_build_is_given_the_argv_words_never_an_empty_flag(tmp_path, 
     assert quoted == ["'-DGREETING=hello world'"]  # one word again once torch's shell has split its command
 
 
+# ---------------------------------------------------------------- a reference that builds an extension itself
+
+# One file holding the reference beside its ModelNew (the README's example, a kernel file open in the editor): the
+# reference's import runs the file's load_inline too.
+REFERENCE_WITH_ITS_OWN_EXTENSION = REFERENCE + textwrap.dedent(f'''
+    from torch.utils.cpp_extension import load_inline
+
+    ext = load_inline(name="twice_ref", cpp_sources={DECL!r}, cuda_sources={KERNEL!r}, functions=["twice"])
+''') + FORWARD
+
+
+# The harness job in a process of its own, as in a worker (its thread count is the worker's own), with every build
+# it asks for refused (a CPU torch builds no CUDA extension) and recorded.
+REFERENCE_JOB = '''
+import json, sys
+from dataclasses import asdict
+from dice_copilot.validator import Budget, compile as compile_module, harness
+
+asked = []
+
+def refuse(self, spec, timeout_s=None):
+    asked.append(spec.name)
+    return compile_module.BuildResult(False, spec.name, None, "twice.cu(3): error: refused by the test", 0.0)
+
+compile_module.ExtensionBuilder.build = refuse
+reference, candidate = json.load(sys.stdin)
+msg = {"problem_source": reference, "candidate_source": candidate, "policy": "ide", "device": "cpu",
+       "budget": asdict(Budget(timing=False)), "seed": 0, "prebuilt": {}, "kernel_names": [], "compile_config": {}}
+outcome = harness._run_job(msg, harness._SilentChannel())
+print(json.dumps({"passed": outcome["passed"], "failure_code": outcome.get("failure_code"),
+                  "failure": outcome.get("failure"), "builds_asked": asked}))
+'''
+
+
+def _reference_job(reference: str, candidate: str) -> dict:
+    """A job of the worker's harness, run on the CPU (the correctness checks run on any device)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", REFERENCE_JOB], input=json.dumps([reference, candidate]),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_reference_whose_file_builds_an_extension_it_does_not_use_builds_nothing():
+    plain_candidate = REFERENCE + "\nclass ModelNew(Model):\n    pass\n"
+    outcome = _reference_job(REFERENCE_WITH_ITS_OWN_EXTENSION, plain_candidate)
+    assert outcome["passed"], outcome["failure"]
+    assert outcome["builds_asked"] == []
+
+
+def test_a_reference_that_uses_its_own_extension_builds_it_through_the_validator_and_a_failure_is_the_references():
+    uses_it = REFERENCE_WITH_ITS_OWN_EXTENSION.replace("return 2 * x", "return ext.twice(x)", 1)
+    outcome = _reference_job(uses_it, REFERENCE + "\nclass ModelNew(Model):\n    pass\n")
+    assert outcome["builds_asked"] == ["twice_ref"]
+    assert (outcome["passed"], outcome["failure_code"]) == (False, "bad_input")
+    assert outcome["failure"].startswith("the reference module's own extension")
+
+
 # ---------------------------------------------------------------- real nvcc / g++ (slow here: torch headers)
 
 @pytest.fixture(scope="module")
@@ -686,6 +745,14 @@ def test_each_form_is_correct_on_the_gpu(form, gpu_pool, tmp_path):
     verdict = gpu_pool.validate(REFERENCE, Candidate.from_file(_write(tmp_path, form)), "ide", Budget(timing=False))
     assert verdict.passed and verdict.stage == "correct", (verdict.failure, verdict.compiler_log[-3000:])
     assert "built_in_worker" not in verdict.details  # every extension was found and built before the import
+
+
+@pytest.mark.gpu
+def test_one_file_as_its_own_reference_is_correct_on_the_gpu(gpu_pool, tmp_path):
+    path = tmp_path / "model_new.py"
+    path.write_text(REFERENCE_WITH_ITS_OWN_EXTENSION)
+    verdict = gpu_pool.validate(path, Candidate.from_file(path), "ide", Budget(timing=False))
+    assert verdict.passed and verdict.stage == "correct", (verdict.failure, verdict.compiler_log[-3000:])
 
 
 @pytest.mark.gpu

@@ -90,10 +90,16 @@ class Channel:
     def __init__(self, read_fd: int, write_fd: int):
         self.read_fd, self.write_fd = read_fd, write_fd
         self.stage = Stage.CORRECT  # the stage of the phase announced last
+        self.current: tuple[str, float, Stage] | None = None  # the phase announced last
 
     def phase(self, name: str, budget_s: float, stage: Stage = Stage.CORRECT) -> None:
-        self.stage = stage
+        self.stage, self.current = stage, (name, budget_s, stage)
         write_message(self.write_fd, {"event": "phase", "phase": name, "budget_s": budget_s, "stage": stage})
+
+    def resume(self, phase: tuple[str, float, Stage] | None) -> None:
+        """Announce a phase again, with a fresh budget (after a build that interrupted it)."""
+        if phase is not None:
+            self.phase(*phase)
 
     def send(self, obj) -> None:
         write_message(self.write_fd, obj)
@@ -134,6 +140,8 @@ class ExtensionLoader:
         self.kernel_names: set[str] = set()
         self.built_here: list[dict] = []
 
+    build_failure = (FailureCode.COMPILE_ERROR, "the extension built at import time failed to compile")
+
     def _read(self, path: str) -> str:
         if self.cu_path and os.path.abspath(path) == self.cu_path:
             return self.cu_text
@@ -161,6 +169,7 @@ class ExtensionLoader:
             self.kernel_names.update(GLOBAL_KERNEL.findall(text))
         entry = self.prebuilt.get(spec.content_key())
         if entry is None:
+            interrupted = self.channel.current
             self.channel.phase("compile", self.budget.compile_timeout_s + 5, Stage.COMPILE)
             result = ExtensionBuilder(self.config).build(spec, self.budget.compile_timeout_s)
             self.built_here.append({"ok": result.ok, "seconds": result.seconds, "cached": result.cached})
@@ -168,11 +177,11 @@ class ExtensionLoader:
                 if missing := diagnose_build(result.log):
                     raise CandidateFailure(FailureCode.ENVIRONMENT, f"{NOT_CHECKED_HERE}: {missing.message}",
                                            compiler_log=result.log, environment=missing.to_dict())
-                raise CandidateFailure(FailureCode.COMPILE_ERROR, "the extension built at import time failed to "
-                                                                  "compile", compiler_log=result.log,
+                code, message = self.build_failure
+                raise CandidateFailure(code, message, compiler_log=result.log,
                                        diagnostics=[d.__dict__ for d in result.diagnostics])
             entry = {"module_name": result.module_name, "so_path": result.so_path}
-            self.channel.phase("import_candidate", self.budget.call_timeout_s * 3)  # the import goes on
+            self.channel.resume(interrupted)  # what the build interrupted goes on
         previous = _IMPORTED_EXTENSIONS.setdefault(entry["module_name"], entry["so_path"])
         if previous != entry["so_path"]:
             # This process would hand back the binary imported first under that name: never judge a stale one.
@@ -193,6 +202,37 @@ class ExtensionLoader:
                                        f"{entry['module_name']}") from exc
             raise
         return module
+
+
+class ReferenceExtensionLoader(ExtensionLoader):
+    """The reference's own load_inline/load calls (a file that holds `Model` beside its `ModelNew`, as the editor's
+    files and the README's example do): an extension module is built only when the reference touches it, through
+    the validator's builder. torch's loader would build every variant of the file in the worker, cold, within the
+    reference's import budget; and a reference that only defines the extension for ModelNew never uses it."""
+
+    build_failure = (FailureCode.BAD_INPUT, "the reference module's own extension (built by its load_inline/load) "
+                                            "failed to compile: fix the reference, or point --reference at a file "
+                                            "without it")
+
+    def _import(self, spec: ExtensionSpec):
+        if not spec.is_python_module:  # the library goes into torch.ops: nothing to defer to
+            return super()._import(spec)
+        return _DeferredExtension(lambda: super(ReferenceExtensionLoader, self)._import(spec))
+
+
+class _DeferredExtension(types.ModuleType):
+    """An extension module built and imported on first attribute access."""
+
+    def __init__(self, build):
+        super().__init__("dice_deferred_extension")
+        self._build, self._module = build, None
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):  # copy/pickle/inspect probes do not build
+            raise AttributeError(name)
+        if self._module is None:
+            self._module = self._build()
+        return getattr(self._module, name)
 
 
 @contextlib.contextmanager
@@ -413,8 +453,9 @@ class Job:
         call_timeout = self.budget.call_timeout_s
         t0 = time.monotonic()
         self.channel.phase("load_reference", call_timeout * 3)
-        reference_module = _exec_module(self.msg["problem_source"], self.msg.get("problem_path") or "<reference>",
-                                        "dice_reference")
+        with _patched_extension_loading(ReferenceExtensionLoader(self.msg, self.budget, self.channel)):
+            reference_module = _exec_module(self.msg["problem_source"],
+                                            self.msg.get("problem_path") or "<reference>", "dice_reference")
         init_inputs = list(reference_module.get_init_inputs()) if hasattr(reference_module, "get_init_inputs") else []
         loader = self.loader = ExtensionLoader(self.msg, self.budget, self.channel)
         self.channel.phase("import_candidate", call_timeout * 3)
@@ -885,7 +926,7 @@ class _SilentChannel(Channel):
         super().__init__(-1, -1)
 
     def phase(self, name: str, budget_s: float, stage: Stage = Stage.CORRECT) -> None:
-        self.stage = stage
+        self.stage, self.current = stage, (name, budget_s, stage)
 
     def send(self, obj) -> None:
         pass
