@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES
+from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES, choose_decoding
 
 # The sampling temperature of best-of-N and infill candidates where neither a flag nor the checkpoint says one.
 DEFAULT_SAMPLING_TEMPERATURE = 0.7
@@ -271,17 +271,17 @@ class EngineGenerator:
         from dice_copilot.model.engine import BlockDiffusionEngine
 
         model, tokenizer = load(checkpoint, device=device)
-        saved = read_decoding_defaults(checkpoint)
         self.trained_block_size = model.config.block_size
+        chosen = choose_decoding(
+            {**flags, "num_return_sequences": flags.get("candidates")}, read_decoding_defaults(checkpoint),
+            {"strategy": DEFAULT_STRATEGY, "threshold": DEFAULT_THRESHOLD, "steps_per_block": None,
+             "temperature": DEFAULT_SAMPLING_TEMPERATURE, "num_return_sequences": DEFAULT_CANDIDATES,
+             "max_new_tokens": CPU_MAX_NEW_TOKENS if device == "cpu" else GPU_MAX_NEW_TOKENS})
         self.decoding = Decoding(
-            strategy=flags.get("strategy", saved.get("strategy", DEFAULT_STRATEGY)),
-            threshold=flags.get("threshold", saved.get("threshold", DEFAULT_THRESHOLD)),
+            strategy=chosen["strategy"].value, threshold=chosen["threshold"].value,
             block_size=flags.get("block_size", self.trained_block_size),
-            steps_per_block=flags.get("steps_per_block", saved.get("steps_per_block")),
-            temperature=flags.get("temperature", saved.get("temperature", DEFAULT_SAMPLING_TEMPERATURE)),
-            candidates=flags.get("candidates", saved.get("num_return_sequences", DEFAULT_CANDIDATES)),
-            max_new_tokens=flags.get("max_new_tokens", saved.get(
-                "max_new_tokens", CPU_MAX_NEW_TOKENS if device == "cpu" else GPU_MAX_NEW_TOKENS)),
+            steps_per_block=chosen["steps_per_block"].value, temperature=chosen["temperature"].value,
+            candidates=chosen["num_return_sequences"].value, max_new_tokens=chosen["max_new_tokens"].value,
             seed=flags["seed"])
         if self.decoding.block_size != self.trained_block_size:
             model.config = replace(model.config, block_size=self.decoding.block_size)

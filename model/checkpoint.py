@@ -292,9 +292,10 @@ def _settle_tying(folder: Path, config: DiceConfig, tensors: dict[str, torch.Ten
 # --- decoding defaults -------------------------------------------------------------------------------------------
 
 # Decoding settings a checkpoint may carry in generation_config.json, chosen by measuring that checkpoint on held-out
-# problems; the CLI and the eval use them where no option says otherwise. Hugging Face's names where it has the
-# setting (`temperature` is the sampling temperature of several candidates, `num_return_sequences` how many are
-# drawn); `strategy`, `threshold` and `steps_per_block` are the block-diffusion ones (model/decoding.py).
+# problems; `generate`, the evals and the language server use them where no flag or setting says otherwise
+# (model/decoding.py: choose_decoding). Hugging Face's names where it has the setting (`temperature` is the sampling
+# temperature of several candidates, `num_return_sequences` how many are drawn); `strategy`, `threshold` and
+# `steps_per_block` are the block-diffusion ones (model/decoding.py).
 DECODING_DEFAULT_RULES: dict[str, tuple[type, Callable, str]] = {
     "strategy": (str, lambda v: v in STRATEGIES, f"one of {STRATEGIES}"),
     "threshold": (float, lambda v: 0 <= v <= 1, "in [0, 1]"),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dice_copilot.cli import EXIT_USAGE, positive_int
 
-from .decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES
+from .decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES, choose_decoding
 from .prompts import end_to_end_prompt, extract_first_code, infill_prompt, splice_infill
 
 MODES = ("raw", "e2e", "infill")
@@ -118,8 +118,9 @@ def run_generate(args) -> int:
     except CheckpointError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    strategy = args.strategy or defaults.get("strategy", DEFAULT_STRATEGY)
-    threshold = args.threshold if args.threshold is not None else defaults.get("threshold", DEFAULT_THRESHOLD)
+    chosen = choose_decoding({"strategy": args.strategy, "threshold": args.threshold}, defaults,
+                             {"strategy": DEFAULT_STRATEGY, "threshold": DEFAULT_THRESHOLD})
+    strategy, threshold = chosen["strategy"].value, chosen["threshold"].value
     untrained = bool(model.config.untrained)
 
     engine = BlockDiffusionEngine(model, tokenizer, device=device)

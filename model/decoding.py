@@ -2,10 +2,12 @@
 
 Torch-free, so that command-line parsers and editor settings check them without importing torch. The rules these
 choices select are written out in docs/decoding.md#commit-rule and docs/decoding.md#sampling-and-confidence;
-the engine that applies them is model/engine.py.
+the engine that applies them is model/engine.py. Every caller (`generate`, the evals, the language server) picks
+each setting the same way, `choose_decoding`: what the user gave, else the checkpoint's default, else the built-in.
 """
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 # Which masked positions of the current block a denoising pass commits: "dynamic", SDAR's even schedule plus every
 # position whose confidence exceeds the threshold; "static", the schedule alone; "sequential", the schedule's count
@@ -31,3 +33,27 @@ class DecodingPolicy:
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown decoding strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+class DecodingChoice(NamedTuple):
+    """A decoding setting's value and where it came from: "setting" (a flag or an editor setting), "checkpoint" (its
+    generation_config.json: model/checkpoint.py read_decoding_defaults) or "default" (the caller's built-in)."""
+
+    value: Any
+    source: str
+
+
+def choose_decoding(given: dict, checkpoint_defaults: dict, built_in: dict) -> dict[str, DecodingChoice]:
+    """For each key of `built_in`: the value in `given` when there is one (None: not given), else the checkpoint's
+    decoding default under that key, else the built-in. The three dicts share their names, generation_config.json's
+    (`num_return_sequences`, `max_new_tokens`, ...) unless the caller renames the checkpoint's; a key no checkpoint
+    carries falls from `given` to `built_in`."""
+    chosen = {}
+    for key, fallback in built_in.items():
+        if given.get(key) is not None:
+            chosen[key] = DecodingChoice(given[key], "setting")
+        elif key in checkpoint_defaults:
+            chosen[key] = DecodingChoice(checkpoint_defaults[key], "checkpoint")
+        else:
+            chosen[key] = DecodingChoice(fallback, "default")
+    return chosen

@@ -13,10 +13,11 @@ import json
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from dice_copilot.server.settings import Decoding
 from dice_copilot.validator.verdict import FailureCode, Outcome, Stage
 
 SCRIPTED_COMPLETIONS_ENV = "DICE_COPILOT_TEST_SCRIPTED_COMPLETIONS"
@@ -38,6 +39,8 @@ class LoadedModel:
     load_seconds: float
     # Marked untrained by its config.json or model card (model/checkpoint.py: read_config): its output is noise.
     untrained: bool = False
+    # The decoding defaults in its generation_config.json (model/checkpoint.py: read_decoding_defaults).
+    decoding_defaults: dict = field(default_factory=dict)
 
 
 def cuda_available() -> bool:
@@ -76,27 +79,28 @@ def load_model(checkpoint: str | None, device: str) -> LoadedModel:
     """Load a checkpoint (None / "default": the embedded default) and build its engine. Raises
     `dice_copilot.model.CheckpointError` (bad checkpoint) or RuntimeError (device) with a message naming the cause."""
     from dice_copilot.model import load
+    from dice_copilot.model.checkpoint import read_decoding_defaults
     from dice_copilot.model.engine import BlockDiffusionEngine
 
     started = time.perf_counter()
     resolved = resolve_device(device)
     fingerprint = checkpoint_fingerprint(checkpoint)
     model, tokenizer = load(checkpoint or "default", device=resolved)
+    decoding_defaults = read_decoding_defaults(checkpoint or "default")
     engine = BlockDiffusionEngine(model, tokenizer, device=resolved)
     return LoadedModel(engine, tokenizer, checkpoint or "default", fingerprint, resolved,
-                       time.perf_counter() - started, untrained=bool(model.config.untrained))
+                       time.perf_counter() - started, untrained=bool(model.config.untrained),
+                       decoding_defaults=decoding_defaults)
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One engine call: a prompt decoded into `n` candidates. `prefix`/`suffix` are set for infill (used by the
-    scripted test backend to build a whole-file answer)."""
+    """One engine call: a prompt decoded into `decoding.maxCandidates` candidates. `prefix`/`suffix` are set for
+    infill (used by the scripted test backend to build a whole-file answer)."""
 
     kind: str  # "infill" or "kernel"
     prompt: str
-    n: int
-    strategy: str
-    threshold: float
+    decoding: Decoding  # settings.decoding_for the loaded checkpoint
     max_new_tokens: int
     prefix: str = ""
     suffix: str = ""
@@ -158,14 +162,16 @@ def generated_module(model_output: str) -> str | None:
 
 def generate_texts(loaded: LoadedModel, request: GenerationRequest, cancel: threading.Event,
                    on_block: Callable[[int], None] | None = None) -> list[GeneratedText]:
-    """Decode the request's candidates (blocking; run it on the engine thread). Temperature 0 for one candidate,
-    0.7 for several so that they differ."""
+    """Decode the request's candidates (blocking; run it on the engine thread): one greedily, several sampled at the
+    decoding's temperature so that they differ."""
     scripted = _scripted_texts(request, cancel)
     if scripted is not None:
         return scripted
+    d = request.decoding
     generations = loaded.engine.generate(
-        [request.prompt], n=request.n, strategy=request.strategy, threshold=request.threshold,
-        max_new_tokens=request.max_new_tokens, temperature=0.0 if request.n == 1 else 0.7, seed=0,
+        [request.prompt], n=d.maxCandidates, strategy=d.strategy, threshold=d.threshold,
+        max_new_tokens=request.max_new_tokens, temperature=0.0 if d.maxCandidates == 1 else d.temperature,
+        top_k=d.topK, top_p=d.topP, steps_per_block=d.stepsPerBlock, seed=0,
         on_block=(lambda update: on_block(update.index)) if on_block else None, cancel=cancel)
     return [GeneratedText(g.text, g.finish_reason, g.stats.forward_passes, g.stats.generated_tokens,
                           g.stats.wall_time_s) for g in generations]
@@ -191,7 +197,7 @@ def _scripted_texts(request: GenerationRequest, cancel: threading.Event) -> list
             texts = [f"```python\n{request.prefix}{middle}{request.suffix}\n```" for middle in entry["middles"]]
         else:
             texts = [f"```python\n{module}\n```" for module in entry["modules"]]
-        return [GeneratedText(text, "stop", 0, 0, 0.0) for text in texts[: request.n]]
+        return [GeneratedText(text, "stop", 0, 0, 0.0) for text in texts[: request.decoding.maxCandidates]]
     return None
 
 

@@ -18,11 +18,10 @@ from dice_copilot.server.context import (ModuleClass, ReferenceModule, defines_g
 from dice_copilot.server.jobs import PRIORITY_KERNEL, Job, JobCancelled
 from dice_copilot.server.protocol import (GENERATION_UPDATE_NOTIFICATION, GenerateKernelArguments,
                                           ValidateKernelArguments)
+from dice_copilot.server.settings import decoding_for
 
 if TYPE_CHECKING:
     from dice_copilot.server.server import DiceCopilotServer
-
-KERNEL_TOKENS_FACTOR = 4  # a whole ModelNew module is several times longer than an infill
 
 
 def prompt_code_for(source: str, class_name: str) -> str:
@@ -102,19 +101,20 @@ class GenerationService:
 
     async def _generate(self, job: Job, progress, text: str, path: str, module: ModuleClass) -> dict:
         server = self.server
-        settings = server.settings
         loaded = server.models.loaded
+        decoding = decoding_for(server.settings, loaded.decoding_defaults)
         reference = ReferenceModule(text, path, module.name)
         request = backend.GenerationRequest(
-            "kernel", backend.build_kernel_prompt(prompt_code_for(text, module.name)), settings.maxCandidates,
-            settings.strategy, settings.threshold, settings.maxNewTokens * KERNEL_TOKENS_FACTOR, pytorch_code=text)
+            "kernel", backend.build_kernel_prompt(prompt_code_for(text, module.name)), decoding,
+            decoding.kernelMaxNewTokens, pytorch_code=text)
         loop = asyncio.get_running_loop()
 
         def on_block(index: int) -> None:
             loop.call_soon_threadsafe(server.report_progress, progress, f"denoising block {index + 1}")
 
-        server.report_progress(progress, f"denoising {settings.maxCandidates} candidate(s)")
-        server.log(f"{job.id}: generating {settings.maxCandidates} candidate(s) for {module.name} ({loaded.checkpoint})")
+        server.report_progress(progress, f"denoising {decoding.maxCandidates} candidate(s)")
+        server.log(f"{job.id}: generating {decoding.maxCandidates} candidate(s) for {module.name} "
+                   f"({loaded.checkpoint})")
         started = time.perf_counter()
         texts = await server.engine_queue.run(
             job, PRIORITY_KERNEL, lambda: backend.generate_texts(loaded, request, job.cancel_event, on_block))

@@ -15,6 +15,7 @@ from dice_copilot.server.cache import CachedSuggestion, CacheEntry, context_key
 from dice_copilot.server.context import infill_window, kernel_in_regions
 from dice_copilot.server.jobs import PRIORITY_INFILL, Job, JobCancelled, wait_with_budget
 from dice_copilot.server.protocol import ACCEPT_COMMAND, SUGGESTION_READY_NOTIFICATION
+from dice_copilot.server.settings import decoding_for
 
 if TYPE_CHECKING:
     from dice_copilot.server.server import DiceCopilotServer
@@ -81,6 +82,7 @@ class InfillService:
         window = infill_window(text, offset)
         reference = server.reference_for(document.uri, analysis)
         settings = server.settings
+        # The settings and the checkpoint id determine the decoding (settings.decoding_for).
         params_key = "|".join(map(str, (
             server.models.loaded.checkpoint_id, settings.maxCandidates, settings.strategy, settings.threshold,
             settings.maxNewTokens, settings.validation, settings.nvcc,
@@ -192,23 +194,21 @@ class InfillService:
 
     async def _pipeline(self, job: Job, request: InfillRequest) -> CacheEntry:
         server = self.server
-        settings = server.settings
         reference = request.reference
         loaded = server.models.loaded
+        decoding = decoding_for(server.settings, loaded.decoding_defaults)
         prefix, suffix, prompt, answer_tokens = backend.fit_infill_prompt(loaded, reference.source if reference else "",
-                                                           request.prefix, request.suffix, settings.maxNewTokens)
+                                                           request.prefix, request.suffix, decoding.maxNewTokens)
         if prompt is None:
             server.log(f"{job.id}: no room for an answer: the instructions and the reference module plus "
-                       f"maxNewTokens={settings.maxNewTokens} answer tokens exceed the checkpoint's "
+                       f"maxNewTokens={decoding.maxNewTokens} answer tokens exceed the checkpoint's "
                        f"{loaded.engine.config.max_position_embeddings} positions even with the code around the "
                        f"cursor left out; lower diceCopilot.maxNewTokens or use a shorter reference")
             return CacheEntry(request.uri, request.prefix, request.suffix, request.params, (), "promptTooLong",
                               time.monotonic())
-        generation = backend.GenerationRequest(
-            "infill", prompt, settings.maxCandidates, settings.strategy, settings.threshold, answer_tokens,
-            prefix=prefix, suffix=suffix)
+        generation = backend.GenerationRequest("infill", prompt, decoding, answer_tokens, prefix=prefix, suffix=suffix)
         job.state = "generating"
-        server.log(f"{job.id}: denoising {settings.maxCandidates} candidate(s) for {request.kernel_name} "
+        server.log(f"{job.id}: denoising {decoding.maxCandidates} candidate(s) for {request.kernel_name} "
                    f"({loaded.checkpoint})")
         started = time.perf_counter()
         texts = await server.engine_queue.run(

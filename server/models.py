@@ -113,6 +113,8 @@ class ModelManager:
         untrained = " — UNTRAINED (random weights): its suggestions are noise" if loaded.untrained else ""
         server.log(f"checkpoint {loaded.checkpoint} ({loaded.checkpoint_id}) loaded on {loaded.device} in "
                    f"{loaded.load_seconds:.1f}s{untrained}")
+        if loaded.decoding_defaults:
+            server.log(f"decoding defaults of {name} (the settings left unset take them): {loaded.decoding_defaults}")
         server.end_progress(progress, f"loaded {name}")
         server.send_status("ready", f"checkpoint {name} ready on {loaded.device}{untrained}", reason="ok")
         self.watch(checkpoint)

@@ -35,7 +35,7 @@ from dice_copilot.server.protocol import (ACCEPT_COMMAND, CANCEL_COMMAND, DID_PA
                                           STATUS_NOTIFICATION, VALIDATE_COMMAND, AcceptedSuggestion,
                                           CancelJobArguments, GenerateKernelArguments, ValidateKernelArguments,
                                           lsp_converter)
-from dice_copilot.server.settings import SECTION, ServerSettings, merge_settings
+from dice_copilot.server.settings import SECTION, ServerSettings, decoding_for, merge_settings
 from dice_copilot.server.telemetry import TelemetryLog
 
 VERSION = "0.1.0"
@@ -388,6 +388,8 @@ class DiceCopilotServer(LanguageServer):
                 "checkpoint": loaded.checkpoint if loaded else self.settings.checkpoint,
                 "checkpointId": loaded.checkpoint_id if loaded else None,
                 "device": loaded.device if loaded else self.settings.device, "loads": self.models.loads,
+                # What decoding uses with the checkpoint serving now, each value with its source; null until one is.
+                "decoding": decoding_for(self.settings, loaded.decoding_defaults).to_wire() if loaded else None,
                 "validationWorkerPid": self.validation.pid, "validationWorkerKills": self.validation.kills,
                 "cacheEntries": len(self.cache),
                 "jobs": [{"jobId": job.id, "kind": job.kind, "uri": job.uri, "state": job.state}

@@ -1,4 +1,5 @@
-"""Server settings (section `diceCopilot`): one dataclass tree, merged from client JSON with per-key validation."""
+"""Server settings (section `diceCopilot`): one dataclass tree, merged from client JSON with per-key validation, and
+the decoding they select with the checkpoint loaded now (`decoding_for`)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,26 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES
+from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES, choose_decoding
 
 SECTION = "diceCopilot"
 POLICIES = ("ide", "strict")
+KERNEL_TOKENS_FACTOR = 4  # a whole ModelNew module is several times longer than an infill
+# The decoding where neither a setting nor the checkpoint's generation_config.json says otherwise, by the names of
+# `Decoding`. Several candidates are sampled at `temperature` so that they differ; one is decoded greedily.
+BUILT_IN_DECODING = {
+    "strategy": DEFAULT_STRATEGY, "threshold": DEFAULT_THRESHOLD, "maxCandidates": 4, "maxNewTokens": 512,
+    "kernelMaxNewTokens": 512 * KERNEL_TOKENS_FACTOR, "temperature": 0.7, "topK": 0, "topP": 1.0,
+    "stepsPerBlock": None,
+}
+# generation_config.json's decoding keys (model/checkpoint.py: DECODING_DEFAULT_RULES) by the names of `Decoding`.
+# Its max_new_tokens budgets a whole answer, so it is the whole-kernel budget; an infill answer re-emits the code
+# around the cursor, and maxNewTokens counts only the new code.
+CHECKPOINT_KEYS = {
+    "strategy": "strategy", "threshold": "threshold", "maxCandidates": "num_return_sequences",
+    "kernelMaxNewTokens": "max_new_tokens", "temperature": "temperature", "topK": "top_k", "topP": "top_p",
+    "stepsPerBlock": "steps_per_block",
+}
 
 
 @dataclass(frozen=True)
@@ -41,18 +58,57 @@ class ServerSettings:
     autoTrigger: bool = True  # answer automatic inline-completion triggers
     autoBudgetMs: int = 1200  # how long an automatic trigger waits for validated items
     invokedBudgetMs: int = 15000  # how long an invoked trigger waits
-    maxCandidates: int = 4  # candidates decoded together per infill / generation
-    strategy: str = DEFAULT_STRATEGY  # decoding strategy, one of STRATEGIES
-    threshold: float = DEFAULT_THRESHOLD  # confidence threshold of the dynamic strategy
-    maxNewTokens: int = 512  # tokens per infill candidate; whole-kernel generation gets 4x
+    # Decoding: None (unset, or null from the client) takes the loaded checkpoint's generation_config.json default
+    # (CHECKPOINT_KEYS), else BUILT_IN_DECODING's; a value the user sets wins over both (`decoding_for`; showStatus
+    # reports each value and its source).
+    maxCandidates: int | None = None  # candidates decoded per infill / generation, so the most suggestions shown
+    strategy: str | None = None  # decoding strategy, one of STRATEGIES
+    threshold: float | None = None  # confidence threshold of the dynamic strategy
+    maxNewTokens: int | None = None  # tokens for the new code of an infill candidate; a whole kernel gets 4x
     referenceModule: str | None = None  # the PyTorch reference for infill; None: same file, then a sibling
     validation: ValidationSettings = field(default_factory=ValidationSettings)
     nvcc: NvccSettings = field(default_factory=NvccSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How the server decodes with the checkpoint loaded now; `sources` says where each value came from: "setting"
+    (the user's), "checkpoint" (its generation_config.json) or "default" (BUILT_IN_DECODING)."""
+
+    strategy: str
+    threshold: float
+    maxCandidates: int  # candidates per request
+    maxNewTokens: int  # tokens for the new code of an infill answer (the re-emitted code around it is added)
+    kernelMaxNewTokens: int  # tokens of a whole-kernel answer
+    temperature: float  # of several candidates (one is greedy)
+    topK: int
+    topP: float
+    stepsPerBlock: int | None  # None: the block size
+    sources: dict[str, str]
+
+    def to_wire(self) -> dict:
+        """`{name: {value, source}}`, as showStatus reports it."""
+        return {name: {"value": getattr(self, name), "source": source} for name, source in self.sources.items()}
+
+
+def decoding_for(settings: ServerSettings, checkpoint_defaults: dict) -> Decoding:
+    """The decoding `settings` select with a checkpoint whose generation_config.json holds `checkpoint_defaults`
+    (model/checkpoint.py: read_decoding_defaults): the user's setting, else the checkpoint's, else the built-in,
+    as `dice-copilot generate` and the evals pick them (model/decoding.py: choose_decoding)."""
+    tokens = settings.maxNewTokens
+    given = {"strategy": settings.strategy, "threshold": settings.threshold, "maxCandidates": settings.maxCandidates,
+             "maxNewTokens": tokens, "kernelMaxNewTokens": None if tokens is None else tokens * KERNEL_TOKENS_FACTOR}
+    carried = {name: checkpoint_defaults[key] for name, key in CHECKPOINT_KEYS.items() if key in checkpoint_defaults}
+    chosen = choose_decoding(given, carried, BUILT_IN_DECODING)
+    return Decoding(**{name: choice.value for name, choice in chosen.items()},
+                    sources={name: choice.source for name, choice in chosen.items()})
+
+
 def _check(name: str, value: Any, default: Any) -> Any:
     """`value` converted to the type of `default`, or ValueError naming the key and what is expected."""
+    if value is None and name in BUILT_IN_DECODING:
+        return None  # unset: the checkpoint's default, else the built-in
     expected = type(default)
     if name in ("checkpoint", "referenceModule", "nvcc.path", "nvcc.arch", "telemetry.path"):
         if value is None or value == "":
@@ -112,8 +168,9 @@ def merge_settings(base: Any, update: Any, prefix: str = "") -> tuple[Any, list[
             changes[item.name] = merged
             errors.extend(nested_errors)
             continue
+        example = BUILT_IN_DECODING.get(name, current)  # an unset decoding setting has its built-in's type
         try:
-            changes[item.name] = _check(name, update[item.name], current if current is not None else "")
+            changes[item.name] = _check(name, update[item.name], example if example is not None else "")
         except ValueError as error:
             errors.append(str(error))
     return dataclasses.replace(base, **changes), errors

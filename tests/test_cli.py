@@ -97,7 +97,7 @@ def test_every_option_help_says_its_default():
 @pytest.mark.parametrize("argv, shown", [
     (["validate", "--help"], ["ide: the editor's checks", "strict:", "(default: ide)", "(default: 180.0)"]),
     (["train", "cuke", "build", "--help"], ["(default: 1.0)", "(default: 0)", "(default: no limit)"]),
-    (["eval", "kernelbench", "--help"], ["exceeds this (default: 0.9)"]),
+    (["eval", "kernelbench", "--help"], ["exceeds this (default: the checkpoint's, else 0.9)"]),
     (["generate", "--help"], ["(default: 1024 on a GPU, 256 on the CPU)"]),
 ])
 def test_the_help_of_options_named_in_the_issue(argv, shown, capsys):

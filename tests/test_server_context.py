@@ -216,7 +216,7 @@ def test_settings_merge_validates_each_key():
     merged, errors = merge_settings(ServerSettings(), {"diceCopilot": {
         "autoBudgetMs": 300, "strategy": "bogus", "validation": {"atol": 0.5, "policy": "strict"},
         "nvcc": {"flags": ["-O3"], "arch": "sm_80"}, "maxCandidates": 0, "unknownKey": 1, "autoTrigger": "yes"}})
-    assert merged.autoBudgetMs == 300 and merged.strategy == "dynamic"
+    assert merged.autoBudgetMs == 300 and merged.strategy is None  # kept: unset
     assert merged.validation.atol == 0.5 and merged.validation.policy == "strict"
     assert merged.nvcc.flags == ("-O3",) and merged.nvcc.arch == "sm_80"
     assert merged.maxCandidates == ServerSettings().maxCandidates and merged.autoTrigger is True

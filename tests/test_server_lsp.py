@@ -15,6 +15,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from server_helpers import (GOOD_MIDDLE, execute, shared_build_cache, PY_STRING_HOLE, PY_WITH_STRING, REFERENCE_PY, SCALE_CU, SCALE_CU_HOLE,
                             inline_params, lsp_session, make_tiny_checkpoint, open_document, statuses, wait_ready,
                             wait_until, write_script)
+from dice_copilot.model.checkpoint import write_decoding_defaults
 from dice_copilot.server.backend import SCRIPTED_COMPLETIONS_ENV
 from dice_copilot.server.protocol import (ACCEPT_COMMAND, CANCEL_COMMAND, COMMANDS, GENERATE_COMMAND,
                                           GENERATION_UPDATE_NOTIFICATION, STATUS_COMMAND,
@@ -47,6 +48,8 @@ async def session(tmp_path_factory):
     workspace = root / "ws"
     workspace.mkdir()
     checkpoint = make_tiny_checkpoint(root / "checkpoint")
+    # Decoding defaults of the checkpoint: the settings below leave the threshold unset and set maxCandidates.
+    write_decoding_defaults(checkpoint, {"threshold": 0.95, "num_return_sequences": 3})
     script = write_script(root / "script.json", infill=[
         {"when": "scale_kernel", "middles": [GOOD_MIDDLE, BAD_MIDDLE], "delayS": SLOW_S},
         {"when": "double_kernel", "middles": [PY_GOOD_MIDDLE]},
@@ -76,6 +79,10 @@ async def test_capabilities(session):
     assert set(capabilities.execute_command_provider.commands) == set(COMMANDS)
     status = await execute(client, STATUS_COMMAND)
     assert status["loads"] == 1 and status["compileOnly"] is True and status["device"] == "cpu"
+    decoding = status["decoding"]
+    assert decoding["threshold"] == {"value": 0.95, "source": "checkpoint"}
+    assert decoding["maxCandidates"] == {"value": 2, "source": "setting"}
+    assert decoding["strategy"] == {"value": "dynamic", "source": "default"}
 
 
 async def test_fast_path_empties_with_reasons(session):

@@ -9,6 +9,7 @@ from lsprotocol import types
 from server_helpers import (SCALE_CU, SCALE_CU_HOLE, execute, inline_params, lsp_session, make_tiny_checkpoint,
                             open_document, shared_build_cache, statuses, wait_ready,
                             wait_until)
+from dice_copilot.model.checkpoint import write_decoding_defaults
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -48,14 +49,18 @@ async def test_checkpoint_errors_loading_hot_reload_and_garbage_not_shown(tmp_pa
         assert statuses(client)[-1]["reason"] in ("validationFailed", "compileError")
 
         # A training run replaces the checkpoint folder: the server reloads it in the background. Its model card
-        # says untrained, and so does every status from then on.
+        # says untrained, and so does every status from then on; its decoding defaults apply where no setting is.
+        assert first["decoding"]["strategy"] == {"value": "dynamic", "source": "default"}
         staging = make_tiny_checkpoint(tmp_path / "staging", seed=1)
         (staging / "README.md").write_text("# tiny DICE (untrained)\n\nRandom weights for plumbing tests.\n")
+        write_decoding_defaults(staging, {"strategy": "static", "num_return_sequences": 4})
         shutil.rmtree(checkpoint)
         staging.rename(checkpoint)
         second = await wait_ready(client, timeout=60, loads=2)
         assert second["checkpointId"] != first["checkpointId"]
         assert second["untrained"] is True and statuses(client)[-1]["untrained"] is True
+        assert second["decoding"]["strategy"] == {"value": "static", "source": "checkpoint"}
+        assert second["decoding"]["maxCandidates"] == {"value": 2, "source": "setting"}
 
         # A broken write keeps the old model serving and reports why.
         (checkpoint / "config.json").write_text("{ not json")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -281,7 +282,7 @@ def test_cli_rejects_a_bad_range_and_greedy_multi_sampling(tmp_path, capsys):
     root = make_checkout(tmp_path)
     args = parse(["eval", "kernelbench", str(root), "--level", "1", "--checkpoint", "x", "--problems", "3-1"])
     assert args.run(args) == 2
-    args = parse(["eval", "kernelbench", str(root), "--level", "1", "--checkpoint", "x", "--samples", "4",
+    args = parse(["eval", "kernelbench", str(root), "--level", "1", "--checkpoint", "default", "--samples", "4",
                   "--temperature", "0"])
     assert args.run(args) == 2
     assert "identical samples" in capsys.readouterr().err
@@ -290,10 +291,45 @@ def test_cli_rejects_a_bad_range_and_greedy_multi_sampling(tmp_path, capsys):
 def test_cli_refuses_an_out_dir_of_another_run_before_loading_the_model(tmp_path, capsys):
     root = make_checkout(tmp_path / "kb")
     run(tmp_path, FakeGenerator(), problem_ids={1})
-    args = parse(["eval", "kernelbench", str(root), "--level", "1", "--checkpoint", "/no/such/checkpoint",
+    args = parse(["eval", "kernelbench", str(root), "--level", "1", "--checkpoint", "default",
                   "--out", str(tmp_path / "out")])
     assert args.run(args) == 2
     assert "different checkpoint" in capsys.readouterr().err
+
+
+def test_cli_decodes_with_the_flags_else_the_checkpoint_defaults_else_the_built_ins(tmp_path, monkeypatch):
+    """As `generate` does: a flag wins, then the checkpoint's generation_config.json, then the built-in; one sample
+    stays greedy (a checkpoint's temperature is that of several candidates)."""
+    from dice_copilot.model.checkpoint import DEFAULT_CHECKPOINT_DIR, write_decoding_defaults
+    from dice_copilot.validator import kernelbench_eval
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(DEFAULT_CHECKPOINT_DIR, checkpoint)
+    write_decoding_defaults(checkpoint, {"strategy": "static", "threshold": 0.5, "max_new_tokens": 64,
+                                         "temperature": 0.3, "top_p": 0.9, "steps_per_block": 2})
+    used = []
+
+    class Generator(FakeGenerator):
+        def __init__(self, checkpoint, device, settings):
+            super().__init__()
+            used.append(settings)
+
+    monkeypatch.setattr(kernelbench_eval, "EngineGenerator", Generator)
+    monkeypatch.setattr(eval_commands, "run_kernelbench_eval", lambda config, generator, progress: (
+        run_kernelbench_eval(config, generator, validate=fake_validate, progress=False)))
+    root = make_checkout(tmp_path / "kb")
+    base = ["eval", "kernelbench", str(root), "--level", "1", "--checkpoint", str(checkpoint), "--problems", "1",
+            "--no-plot"]
+    args = parse(base + ["--out", str(tmp_path / "one"), "--strategy", "dynamic"])
+    assert args.run(args) == 0
+    args = parse(base + ["--out", str(tmp_path / "several"), "--samples", "3", "--max-new-tokens", "8"])
+    assert args.run(args) == 0
+    assert [(s.strategy, s.threshold, s.max_new_tokens, s.temperature, s.top_k, s.top_p, s.steps_per_block)
+            for s in used] == [("dynamic", 0.5, 64, 0.0, 0, 0.9, 2), ("static", 0.5, 8, 0.3, 0, 0.9, 2)]
+    # What was used is what the run records (a resumed run must decode alike).
+    recorded = json.loads((tmp_path / "several" / "run.json").read_text())["generation"]
+    assert recorded == {"strategy": "static", "threshold": 0.5, "max_new_tokens": 8, "temperature": 0.3, "top_k": 0,
+                        "top_p": 0.9, "steps_per_block": 2, "seed": 0}
 
 
 def test_cli_eval_without_benchmark_prints_help(capsys):

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dice_copilot.cli import positive_int
-from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES
+from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES, choose_decoding
 from dice_copilot.validator.kernelbench_eval import (
     FAST_P_THRESHOLDS,
     EvalConfig,
@@ -42,13 +42,18 @@ def register(subparsers) -> None:
     kb.add_argument("--out", type=Path, default=None,
                     help="output folder (default: runs/kernelbench-level{N}-{checkpoint name})")
     kb.add_argument("--device", default=None, help="device for the model (default: cuda when present, else cpu)")
-    kb.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY, help="decoding strategy")
-    kb.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                    help="dynamic strategy: commit every token whose confidence exceeds this")
-    kb.add_argument("--max-new-tokens", type=positive_int, default=2048, help="most tokens to generate per candidate")
+    kb.add_argument("--strategy", choices=STRATEGIES,
+                    help=f"decoding strategy (default: the checkpoint's generation_config.json, else "
+                         f"{DEFAULT_STRATEGY})")
+    kb.add_argument("--threshold", type=float,
+                    help="dynamic strategy: commit every token whose confidence exceeds this (default: the "
+                         f"checkpoint's, else {DEFAULT_THRESHOLD})")
+    kb.add_argument("--max-new-tokens", type=positive_int,
+                    help="most tokens to generate per candidate (default: the checkpoint's, else "
+                         f"{GenerationSettings.max_new_tokens})")
     kb.add_argument("--temperature", type=float, default=None,
-                    help=f"sampling temperature (default: 0 for one sample, {DEFAULT_SAMPLING_TEMPERATURE} for "
-                         "several)")
+                    help="sampling temperature (default: 0 for one sample; for several, the checkpoint's, else "
+                         f"{DEFAULT_SAMPLING_TEMPERATURE})")
     kb.add_argument("--seed", type=int, default=0, help="sampling seed")
     kb.add_argument("--no-progress", action="store_true", help="no progress bar")
     kb.add_argument("--no-plot", action="store_true", help="skip the speedup plot (speedup.png)")
@@ -71,13 +76,17 @@ def run_kernelbench(args: argparse.Namespace) -> int:
         list_level_problems(args.dir, args.level)
     except (ValueError, KernelBenchLayoutError) as error:
         return _fail(str(error))
-    temperature = args.temperature
-    if temperature is None:
-        temperature = 0.0 if args.samples == 1 else DEFAULT_SAMPLING_TEMPERATURE
-    if args.samples > 1 and temperature == 0.0:
-        return _fail("--samples > 1 with --temperature 0 gives identical samples; set a temperature above 0")
-    settings = GenerationSettings(strategy=args.strategy, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
-                                  temperature=temperature, seed=args.seed)
+
+    from dice_copilot.model import CheckpointError
+    from dice_copilot.model.checkpoint import read_decoding_defaults
+
+    try:
+        settings = generation_settings(args, read_decoding_defaults(args.checkpoint))
+    except CheckpointError as error:
+        return _fail(f"cannot load checkpoint {args.checkpoint}: {error}")
+    if args.samples > 1 and settings.temperature == 0.0:
+        return _fail("--samples > 1 at temperature 0 (from --temperature or the checkpoint's generation_config.json) "
+                     "gives identical samples; set --temperature above 0")
     checkpoint_name = Path(str(args.checkpoint)).name or "checkpoint"
     out_dir = args.out or Path("runs") / f"kernelbench-level{args.level}-{checkpoint_name}"
     config = EvalConfig(kernelbench_dir=args.dir, level=args.level, out_dir=out_dir, problem_ids=problem_ids,
@@ -90,7 +99,6 @@ def run_kernelbench(args: argparse.Namespace) -> int:
     except (OSError, KernelBenchLayoutError) as error:
         return _fail(str(error))
 
-    from dice_copilot.model import CheckpointError
     from dice_copilot.validator.kernelbench_eval import EngineGenerator
 
     try:
@@ -110,3 +118,16 @@ def run_kernelbench(args: argparse.Namespace) -> int:
     written = [report.report_markdown, report.report_json] + ([report.plot] if report.plot else [])
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def generation_settings(args: argparse.Namespace, checkpoint_defaults: dict) -> GenerationSettings:
+    """The decoding the flags ask for, else the checkpoint's decoding defaults, else the built-ins, as `generate`
+    picks them (model/decoding.py: choose_decoding). One sample is greedy unless --temperature says otherwise: a
+    checkpoint's temperature is that of several candidates. --samples is how the benchmark is scored, not a decoding
+    default, so the checkpoint's num_return_sequences does not set it."""
+    temperature = 0.0 if args.temperature is None and args.samples == 1 else args.temperature
+    given = {"strategy": args.strategy, "threshold": args.threshold, "max_new_tokens": args.max_new_tokens,
+             "temperature": temperature, "seed": args.seed}
+    built_in = asdict(GenerationSettings(temperature=DEFAULT_SAMPLING_TEMPERATURE))
+    chosen = choose_decoding(given, checkpoint_defaults, built_in)
+    return GenerationSettings(**{key: choice.value for key, choice in chosen.items()})

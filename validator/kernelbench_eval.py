@@ -412,6 +412,7 @@ class GenerationSettings:
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
+    steps_per_block: int | None = None  # None: the block size
     seed: int | None = 0
 
 
@@ -433,7 +434,8 @@ class EngineGenerator:
         s = self.settings
         generations = self.engine.generate(
             [end_to_end_prompt(reference_source)], n=n, strategy=s.strategy, threshold=s.threshold,
-            max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
+            max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+            steps_per_block=s.steps_per_block, seed=s.seed)
         return [GeneratedCandidate(text=g.text, code=extract_first_code(g.text), tokens=g.stats.generated_tokens,
                                    seconds=round(g.stats.wall_time_s, 3), finish_reason=g.finish_reason)
                 for g in generations]

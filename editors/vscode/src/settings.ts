@@ -32,7 +32,8 @@ export const SERVER_SETTING_KEYS = [
 
 export type ServerSettings = Record<string, unknown>;
 
-/** The object sent as `{settings: {diceCopilot: ...}}`; keys the user left unset fall back to the contributed defaults. */
+/** The object sent as `{settings: {diceCopilot: ...}}`; keys the user left unset fall back to the contributed defaults
+ * (null for the decoding settings: the server then takes the checkpoint's defaults). */
 export function serverSettings(config: ConfigurationReader): ServerSettings {
   const settings: ServerSettings = {};
   for (const key of SERVER_SETTING_KEYS) {
