@@ -1,5 +1,7 @@
 """The command and notification names the editors (TypeScript, Lua), the editor tests' fake server and the protocol
-document use are the ones server/protocol.py defines, and the server's own code spells them only there."""
+document use are the ones server/protocol.py defines, and the server's own code spells them only there; the settings
+VS Code contributes default to the server's own defaults (the client sends a contributed default as if the user had
+set it)."""
 
 import json
 import re
@@ -87,3 +89,22 @@ def test_every_status_reason_of_the_protocol_has_a_label_in_both_editors():
     lua_labels = set(re.findall(r"^\s+(\w+) = '", re.search(r"M\.reason_text = \{(.*?)\n\}", lua, re.S).group(1), re.M))
     assert reasons <= vscode_labels, f"VS Code has no label for {sorted(reasons - vscode_labels)}"
     assert reasons <= lua_labels, f"Neovim has no label for {sorted(reasons - lua_labels)}"
+
+
+def test_vscode_setting_defaults_are_the_servers():
+    from dice_copilot.server.settings import ServerSettings
+
+    contributes = json.loads((REPO / "editors" / "vscode" / "package.json").read_text())["contributes"]
+    properties = contributes["configuration"]["properties"]
+    differing = {}
+    for key, schema in properties.items():
+        name = key.removeprefix("diceCopilot.")
+        if name.startswith("server."):  # the client's own: how to start the server
+            continue
+        default = ServerSettings()
+        for part in name.split("."):
+            default = getattr(default, part)
+        default = list(default) if isinstance(default, tuple) else default
+        if schema.get("default") != default:
+            differing[name] = (schema.get("default"), default)
+    assert differing == {}, "package.json default vs the server's"
