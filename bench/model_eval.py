@@ -36,10 +36,9 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES, choose_decoding
+from dice_copilot.model.decoding import (DEFAULT_SAMPLING_TEMPERATURE, DEFAULT_STRATEGY, DEFAULT_THRESHOLD,
+                                        STRATEGIES, choose_decoding)
 
-# The sampling temperature of best-of-N and infill candidates where neither a flag nor the checkpoint says one.
-DEFAULT_SAMPLING_TEMPERATURE = 0.7
 DEFAULT_CANDIDATES = 8
 # Tokens per answer where neither a flag nor the checkpoint says: a whole ModelNew file on a GPU; on a CPU (compile-
 # only plumbing runs) a short answer.

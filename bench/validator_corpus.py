@@ -24,13 +24,13 @@ from pathlib import Path
 
 from dice_copilot.validator import Budget, Candidate, Problem, ValidatorPool
 from dice_copilot.validator.compile import CompileConfig
+from dice_copilot.validator.static_checks import POLICIES
 from dice_copilot.validator.verdict import Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from validator_corpus.corpus import entries, judge  # noqa: E402  (the corpus and its expectations live with the tests)
 
-POLICIES = ("ide", "strict")
 
 
 def main() -> int:

@@ -16,6 +16,9 @@ STRATEGIES = ("dynamic", "static", "sequential")
 DEFAULT_STRATEGY = "dynamic"
 DEFAULT_THRESHOLD = 0.9  # dynamic: the confidence above which a masked token is committed at once (DICE's setting)
 DEFAULT_MAX_NEW_TOKENS = 1024
+# The temperature several candidates are sampled at, so that they differ (one candidate is decoded greedily),
+# where neither the caller nor the checkpoint's generation_config.json says otherwise.
+DEFAULT_SAMPLING_TEMPERATURE = 0.7
 
 
 @dataclass

@@ -7,16 +7,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES, choose_decoding
+from dice_copilot.model.decoding import (DEFAULT_SAMPLING_TEMPERATURE, DEFAULT_STRATEGY, DEFAULT_THRESHOLD,
+                                        STRATEGIES, choose_decoding)
+from dice_copilot.validator.static_checks import POLICIES
 
 SECTION = "diceCopilot"
-POLICIES = ("ide", "strict")
 KERNEL_TOKENS_FACTOR = 4  # a whole ModelNew module is several times longer than an infill
 # The decoding where neither a setting nor the checkpoint's generation_config.json says otherwise, by the names of
 # `Decoding`. Several candidates are sampled at `temperature` so that they differ; one is decoded greedily.
 BUILT_IN_DECODING = {
     "strategy": DEFAULT_STRATEGY, "threshold": DEFAULT_THRESHOLD, "maxCandidates": 4, "maxNewTokens": 512,
-    "kernelMaxNewTokens": 512 * KERNEL_TOKENS_FACTOR, "temperature": 0.7, "topK": 0, "topP": 1.0,
+    "kernelMaxNewTokens": 512 * KERNEL_TOKENS_FACTOR, "temperature": DEFAULT_SAMPLING_TEMPERATURE, "topK": 0, "topP": 1.0,
     "stepsPerBlock": None,
 }
 # generation_config.json's decoding keys (model/checkpoint.py: DECODING_DEFAULT_RULES) by the names of `Decoding`.

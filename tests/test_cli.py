@@ -98,7 +98,7 @@ def test_every_option_help_says_its_default():
     (["validate", "--help"], ["ide: the editor's checks", "strict:", "(default: ide)", "(default: 180.0)"]),
     (["train", "cuke", "build", "--help"], ["(default: 1.0)", "(default: 0)", "(default: no limit)"]),
     (["eval", "kernelbench", "--help"], ["exceeds this (default: the checkpoint's, else 0.9)"]),
-    (["generate", "--help"], ["(default: 1024 on a GPU, 256 on the CPU)"]),
+    (["generate", "--help"], ["(default: the checkpoint's, else 1024 on a GPU, 256 on the CPU)", "(default: ide)"]),
 ])
 def test_the_help_of_options_named_in_the_issue(argv, shown, capsys):
     with pytest.raises(SystemExit):

@@ -179,11 +179,12 @@ def test_generate_decodes_with_the_checkpoint_defaults_unless_told_otherwise(tmp
     write_decoding_defaults(checkpoint, {"strategy": "static", "threshold": 0.5})
     command = ["generate", "--prompt", "hello", "--checkpoint", str(checkpoint), "--max-new-tokens", "4", "--json"]
     assert main(command) == 0
-    chosen = json.loads(capsys.readouterr().out)
-    assert (chosen["strategy"], chosen["threshold"]) == ("static", 0.5)
+    chosen = json.loads(capsys.readouterr().out)["decoding"]
+    assert (chosen["strategy"], chosen["threshold"]) == ({"value": "static", "source": "checkpoint"},
+                                                         {"value": 0.5, "source": "checkpoint"})
     assert main(command + ["--strategy", "dynamic"]) == 0
-    chosen = json.loads(capsys.readouterr().out)
-    assert (chosen["strategy"], chosen["threshold"]) == ("dynamic", 0.5)
+    chosen = json.loads(capsys.readouterr().out)["decoding"]
+    assert (chosen["strategy"]["value"], chosen["threshold"]["value"]) == ("dynamic", 0.5)
 
 
 @pytest.mark.gpu

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .api import Budget, ValidatorPool
 from .problem import Candidate, InputError, Problem
+from .static_checks import POLICIES
 from .verdict import Outcome
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_CHECKED = 0, 1, 2, 3
@@ -23,7 +24,7 @@ def register(subparsers) -> None:
     parser.add_argument("candidate", type=Path, help="ModelNew module (.py) or a .cu file")
     parser.add_argument("--reference", "-r", type=Path, required=True,
                         help="PyTorch reference module with Model, get_inputs(), get_init_inputs()")
-    parser.add_argument("--policy", choices=["ide", "strict"], default="ide",
+    parser.add_argument("--policy", choices=POLICIES, default="ide",
                         help="ide: the editor's checks, PyTorch glue and libraries allowed (cuBLAS/cuDNN calls "
                              "flagged); strict: for benchmarks and rewards, a custom __global__/Triton kernel "
                              "launched from forward must do most of the GPU time, no PyTorch/ATen/cuBLAS compute")

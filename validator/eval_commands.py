@@ -8,7 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dice_copilot.cli import positive_int
-from dice_copilot.model.decoding import DEFAULT_STRATEGY, DEFAULT_THRESHOLD, STRATEGIES, choose_decoding
+from dice_copilot.model.decoding import (DEFAULT_SAMPLING_TEMPERATURE, DEFAULT_STRATEGY, DEFAULT_THRESHOLD,
+                                        STRATEGIES, choose_decoding)
 from dice_copilot.validator.kernelbench_eval import (
     FAST_P_THRESHOLDS,
     EvalConfig,
@@ -19,8 +20,6 @@ from dice_copilot.validator.kernelbench_eval import (
     parse_problem_ids,
     run_kernelbench_eval,
 )
-
-DEFAULT_SAMPLING_TEMPERATURE = 0.8
 
 
 def register(subparsers) -> None:
