@@ -6,8 +6,10 @@
 # name go to its bench script (e.g. `decode --batches 1 --skip large`); OUT_TAG names its output files.
 # Parts:
 #   tests         every `gpu`-marked test
-#   tests-validator / tests-engine / tests-other   the same, split (validator + cheat suite | engine and model |
-#                 server, SFT, CuKe, RL)
+#   tests-validator / tests-engine / tests-other   the same, split (validator: its GPU stages, argument forms,
+#                 environment and verdict contract, cheat suite | engine and model | server, SFT, CuKe, RL, recipe,
+#                 model eval, seed library, held-out set)
+#   heldout-check bench/heldout_user_style/check.py: the held-out user-style set's own solutions, strict (issue 32)
 #   tests-corpus  the validator corpus's GPU tests (tests/test_validator_corpus.py, issue 30): every honest file passes
 #                 ide (and strict where marked), every wrong one is rejected as incorrect; a test's timeout is the
 #                 part's, since the first test of each policy waits for that policy's whole batch of verdicts
@@ -39,11 +41,16 @@ run_tests() {  # log name, then test paths
 }
 case "$part" in
     tests)           run_tests gpu_tests tests ;;
-    tests-validator) run_tests gpu_tests_validator tests/test_validator_gpu.py tests/test_validator_cheats.py ;;
+    tests-validator) run_tests gpu_tests_validator tests/test_validator_gpu.py tests/test_validator_argforms.py \
+                         tests/test_validator_environment.py tests/test_validator_verdict_contract.py \
+                         tests/test_validator_cheats.py ;;
     tests-engine)    run_tests gpu_tests_engine tests/test_engine_continuous.py tests/test_model_network.py \
                          tests/test_model_checkpoint.py tests/test_engine.py tests/test_few_row_linear.py ;;
     tests-other)     run_tests gpu_tests_other tests/test_server_gpu.py tests/test_sft_gpu.py tests/test_cuke_gpu.py \
-                         tests/test_rl_gpu.py ;;
+                         tests/test_rl_gpu.py tests/test_recipe.py tests/test_model_eval.py tests/test_cuke_seeds.py \
+                         tests/test_heldout_user_style.py ;;
+    heldout-check) timeout "$limit" python3 bench/heldout_user_style/check.py --json "$out/$tag.json" \
+                       --max-seconds $((limit - 30)) "$@" 2>&1 | tee "$out/$tag.log" | tail -60 ;;
     tests-corpus) timeout "$limit" python3 -m pytest -v -rfE --timeout "$limit" -m gpu -p no:cacheprovider \
                       tests/test_validator_corpus.py 2>&1 | tee "$out/gpu_tests_corpus.log" \
                       | grep -E "PASSED|FAILED|ERROR|passed|failed" ;;
