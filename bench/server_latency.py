@@ -109,9 +109,9 @@ class BenchClient(LanguageClient):
         self.notifications: list[tuple[str, dict]] = []
 
 
-async def run(args, scripted: bool) -> dict:
-    settings = {"checkpoint": args.checkpoint, "device": args.device, "maxCandidates": args.candidates,
-                "invokedBudgetMs": int(args.budget_s * 1000), "autoBudgetMs": 1500, "maxNewTokens": 256}
+async def start_server(settings: dict, workspace: Path, env: dict | None = None) -> BenchClient:
+    """The real server process over stdio, initialized with `settings` on `workspace`; every notification it sends
+    is kept in `client.notifications`."""
     client = BenchClient(settings)
 
     @client.feature(types.WORKSPACE_CONFIGURATION)
@@ -122,6 +122,70 @@ async def run(args, scripted: bool) -> dict:
                    "window/workDoneProgress/create", "window/showMessage"):
         client.feature(method)(lambda params, method=method: client.notifications.append((method, params)))
 
+    await client.start_io(sys.executable, "-m", "dice_copilot.server", env=env)
+    try:
+        capabilities = types.ClientCapabilities(
+            workspace=types.WorkspaceClientCapabilities(configuration=True),
+            window=types.WindowClientCapabilities(work_done_progress=True))
+        await client.initialize_async(types.InitializeParams(
+            capabilities=capabilities, initialization_options={"settings": settings},
+            workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="bench")]))
+        client.initialized(types.InitializedParams())
+    except BaseException:
+        await stop_server(client)
+        raise
+    return client
+
+
+async def wait_for_checkpoint(client: BenchClient, timeout_s: float) -> float:
+    """Seconds until the server has loaded its checkpoint; raises when it reports an error or takes too long."""
+    started = time.perf_counter()
+    while True:
+        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="diceCopilot.showStatus", arguments=[]))
+        status = status if isinstance(status, dict) else status._asdict()
+        if status["loads"] >= 1:
+            return time.perf_counter() - started
+        if status["state"] == "error" or time.perf_counter() - started > timeout_s:
+            raise RuntimeError(f"the server did not load the checkpoint: {status['message']}")
+        await asyncio.sleep(0.2)
+
+
+def open_document(client: BenchClient, path: Path, text: str, version: int) -> None:
+    client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+        uri=path.as_uri(), language_id="python", version=version, text=text)))
+
+
+def close_document(client: BenchClient, path: Path) -> None:
+    client.text_document_did_close(types.DidCloseTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=path.as_uri())))
+
+
+def invoked_request(path: Path, line: int, character: int) -> types.InlineCompletionParams:
+    """An inline completion the user asked for (not one typing triggered): it waits the invoked budget."""
+    return types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=path.as_uri()), position=types.Position(line, character),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))
+
+
+def last_status(client: BenchClient):
+    """The newest diceCopilot/status notification's parameters (None before the first)."""
+    statuses = [params for method, params in client.notifications if method == "diceCopilot/status"]
+    return statuses[-1] if statuses else None
+
+
+async def stop_server(client: BenchClient) -> None:
+    try:
+        await asyncio.wait_for(client.shutdown_async(None), timeout=10)
+        client.exit(None)
+    except Exception:  # a server that died or hangs is stopped below either way
+        pass
+    await client.stop()
+
+
+async def run(args, scripted: bool) -> dict:
+    settings = {"checkpoint": args.checkpoint, "device": args.device, "maxCandidates": args.candidates,
+                "invokedBudgetMs": int(args.budget_s * 1000), "autoBudgetMs": 1500, "maxNewTokens": 256}
     workspace = Path(tempfile.mkdtemp(prefix="dice-bench-"))
     env = dict(os.environ)
     if scripted:
@@ -131,28 +195,10 @@ async def run(args, scripted: bool) -> dict:
                              for name, (_, middle, _) in PROBLEMS.items() for run in range(args.rounds)]}
         (workspace / "script.json").write_text(json.dumps(script))
         env["DICE_COPILOT_TEST_SCRIPTED_COMPLETIONS"] = str(workspace / "script.json")
-    await client.start_io(sys.executable, "-m", "dice_copilot.server", env=env)
+    client = await start_server(settings, workspace, env)
     try:
         server = psutil.Process(client._server.pid)
-        capabilities = types.ClientCapabilities(
-            workspace=types.WorkspaceClientCapabilities(configuration=True),
-            window=types.WindowClientCapabilities(work_done_progress=True))
-        await client.initialize_async(types.InitializeParams(
-            capabilities=capabilities, initialization_options={"settings": settings},
-            workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="bench")]))
-        client.initialized(types.InitializedParams())
-
-        started = time.perf_counter()
-        while True:
-            status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-                command="diceCopilot.showStatus", arguments=[]))
-            status = status if isinstance(status, dict) else status._asdict()
-            if status["loads"] >= 1:
-                break
-            if status["state"] == "error" or time.perf_counter() - started > args.load_timeout_s:
-                raise RuntimeError(f"the server did not load the checkpoint: {status['message']}")
-            await asyncio.sleep(0.2)
-        load_s = time.perf_counter() - started
+        load_s = await wait_for_checkpoint(client, args.load_timeout_s)
 
         first_item_s, empty_s, cache_hit_ms, fast_path_ms, items_per_request = [], [], [], [], []
         first_on_file_s, later_s = [], []  # round 0 / later rounds, requests that got an item
@@ -166,12 +212,8 @@ async def run(args, scripted: bool) -> dict:
                 path = workspace / f"{name}_kernel.py"
                 path.write_text(text)
                 version += 1
-                client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
-                    uri=path.as_uri(), language_id="python", version=version, text=text)))
-                params = types.InlineCompletionParams(
-                    text_document=types.TextDocumentIdentifier(uri=path.as_uri()),
-                    position=types.Position(line, character),
-                    context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))
+                open_document(client, path, text, version)
+                params = invoked_request(path, line, character)
                 t0 = time.perf_counter()
                 result = await client.text_document_inline_completion_async(params)
                 elapsed = time.perf_counter() - t0
@@ -180,8 +222,7 @@ async def run(args, scripted: bool) -> dict:
                 (first_item_s if items else empty_s).append(elapsed)
                 if items:
                     (later_s if run_index else first_on_file_s).append(elapsed)
-                last = [p for m, p in client.notifications if m == "diceCopilot/status"][-1]
-                reason = getattr(last, "reason", None) or "?"
+                reason = getattr(last_status(client), "reason", None) or "?"
                 reasons[reason] = reasons.get(reason, 0) + 1
                 print(f"  [{'scripted' if scripted else 'model'}] {name} round {run_index}: {len(items)} item(s) in "
                       f"{elapsed:.2f}s (reason {reason})", flush=True)
@@ -196,19 +237,13 @@ async def run(args, scripted: bool) -> dict:
                     t0 = time.perf_counter()
                     await client.text_document_inline_completion_async(outside)
                     fast_path_ms.append((time.perf_counter() - t0) * 1000)
-                client.text_document_did_close(types.DidCloseTextDocumentParams(
-                    text_document=types.TextDocumentIdentifier(uri=path.as_uri())))
+                close_document(client, path)
 
         rss = server.memory_info().rss
         children_rss = sum(child.memory_info().rss for child in server.children(recursive=True)
                            if child.is_running())
     finally:
-        try:
-            await asyncio.wait_for(client.shutdown_async(None), timeout=10)
-            client.exit(None)
-        except Exception:  # a server that died or hangs is stopped below either way
-            pass
-        await client.stop()
+        await stop_server(client)
     return {
         "phase": "scripted" if scripted else "model", "checkpoint": args.checkpoint or "default",
         "device": args.device, "candidates": args.candidates,
