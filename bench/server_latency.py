@@ -201,6 +201,7 @@ async def run(args, scripted: bool) -> dict:
         load_s = await wait_for_checkpoint(client, args.load_timeout_s)
 
         first_item_s, empty_s, cache_hit_ms, fast_path_ms, items_per_request = [], [], [], [], []
+        compile_only_requests = 0  # answered with items that were compiled only (no CUDA device: not run)
         first_on_file_s, later_s = [], []  # round 0 / later rounds, requests that got an item
         reasons: dict[str, int] = {}
         for name, (body, _, _) in PROBLEMS.items():
@@ -219,6 +220,8 @@ async def run(args, scripted: bool) -> dict:
                 elapsed = time.perf_counter() - t0
                 items = list(result.items) if result else []
                 items_per_request.append(len(items))
+                if items and all(item.command.arguments[0]["verdict"]["compileOnly"] for item in items):
+                    compile_only_requests += 1
                 (first_item_s if items else empty_s).append(elapsed)
                 if items:
                     (later_s if run_index else first_on_file_s).append(elapsed)
@@ -248,6 +251,7 @@ async def run(args, scripted: bool) -> dict:
         "phase": "scripted" if scripted else "model", "checkpoint": args.checkpoint or "default",
         "device": args.device, "candidates": args.candidates,
         "load_s": load_s, "requests": len(items_per_request), "requests_with_items": len(first_item_s),
+        "requests_with_compile_only_items": compile_only_requests,
         "first_validated_item_s": {"p50": percentile(first_item_s, 0.5), "p95": percentile(first_item_s, 0.95),
                                    "all": first_item_s},
         "first_request_on_a_file_s": {"p50": percentile(first_on_file_s, 0.5), "all": first_on_file_s},
@@ -290,7 +294,12 @@ def table(results: dict) -> str:
              "-+-".join("-" * w for w in width)]
     lines += [" | ".join(c.ljust(w) for c, w in zip(row, width)) for row in rows]
     lines.insert(0, f"== phase: {results['phase']} ==")
-    lines.append(f"{results['requests_with_items']}/{results['requests']} requests got validated items; "
+    compile_only = results["requests_with_compile_only_items"]
+    got = (f"{results['requests_with_items']}/{results['requests']} requests got items "
+           f"({results['requests_with_items'] - compile_only} validated on a GPU, {compile_only} compile-checked only: "
+           f"no CUDA device, not run)") if compile_only else \
+        f"{results['requests_with_items']}/{results['requests']} requests got validated items"
+    lines.append(f"{got}; "
                  f"empty-answer reasons: {results['empty_reasons']}; checkpoint load {results['load_s']:.1f} s")
     return "\n".join(lines)
 
