@@ -10,6 +10,8 @@
 #                 environment and verdict contract, cheat suite | engine and model | server, SFT, CuKe, RL, recipe,
 #                 model eval, seed library, held-out set)
 #   heldout-check bench/heldout_user_style/check.py: the held-out user-style set's own solutions, strict (issue 32)
+#   infill-heldout bench/infill_heldout.py: the model's own infill of the held-out set's blanked kernels through the
+#                 real server, share validated and p50/p95 (issue 32), e.g. `infill-heldout --checkpoint PATH`
 #   tests-corpus  the validator corpus's GPU tests (tests/test_validator_corpus.py, issue 30): every honest file passes
 #                 ide (and strict where marked), every wrong one is rejected as incorrect; a test's timeout is the
 #                 part's, since the first test of each policy waits for that policy's whole batch of verdicts
@@ -49,6 +51,8 @@ case "$part" in
     tests-other)     run_tests gpu_tests_other tests/test_server_gpu.py tests/test_sft_gpu.py tests/test_cuke_gpu.py \
                          tests/test_rl_gpu.py tests/test_recipe.py tests/test_model_eval.py tests/test_cuke_seeds.py \
                          tests/test_heldout_user_style.py ;;
+    infill-heldout) timeout "$limit" python3 bench/infill_heldout.py --per-problem --out "$out/$tag.json" \
+                       --max-seconds $((limit - 60)) "$@" 2>&1 | tee "$out/$tag.log" | tail -60 ;;
     heldout-check) timeout "$limit" python3 bench/heldout_user_style/check.py --json "$out/$tag.json" \
                        --max-seconds $((limit - 30)) "$@" 2>&1 | tee "$out/$tag.log" | tail -60 ;;
     tests-corpus) timeout "$limit" python3 -m pytest -v -rfE --timeout "$limit" -m gpu -p no:cacheprovider \
