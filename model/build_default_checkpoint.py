@@ -1,4 +1,5 @@
-"""Builds the embedded default checkpoint: an UNTRAINED stand-in until a trained DICE checkpoint replaces it.
+"""Builds the embedded default checkpoint: an UNTRAINED stand-in until a trained DICE checkpoint replaces it (the
+dice-tiny recipe's, shipped by `dice-copilot train recipe trainer/recipes/dice-tiny --work WORK --ship`).
 
 It is a real checkpoint in the layout every command reads, so the whole pipeline runs out of the box: a byte-level
 BPE tokenizer trained on this project's own CUDA/PyTorch text (the DICE prompts, the one-shot example and the
@@ -37,6 +38,8 @@ README = """# Embedded default checkpoint (UNTRAINED)
 
 Random weights: a stand-in so that every command runs out of the box. Its output is noise.
 Replace it with a trained DICE checkpoint (`--checkpoint PATH`, or rebuild this folder from one).
+`dice-copilot train recipe trainer/recipes/dice-tiny --work WORK --ship` replaces this folder with the recipe's
+trained checkpoint and its model card once one beats it on the held-out sets.
 Rebuild this stand-in with `python -m dice_copilot.model.build_default_checkpoint`; build_info.json lists
 the corpus files (with SHA-256) the tokenizer was trained on.
 """

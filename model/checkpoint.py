@@ -105,23 +105,35 @@ def model_card_says_untrained(folder: Path) -> bool:
     """True when the folder's model card (README.md) declares the model untrained where a card says what a model is:
     `untrained` among the tags of its YAML metadata, or the word in its title (a `# ` heading as its first line after
     the metadata). A mention in the body ("better than the untrained baseline") does not count."""
-    try:
-        text = (folder / MODEL_CARD_FILE).read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
-    except OSError:
-        return False
-    metadata = re.match(r"---[ \t]*\n(.*?)\n---[ \t]*(\n|$)", text, re.S)
-    if metadata:
-        try:
-            tags = (yaml.safe_load(metadata[1]) or {}).get("tags") or []
-        except (yaml.YAMLError, AttributeError):  # not metadata after all, or not a mapping
-            tags = []
-        if isinstance(tags, str):
-            tags = [tags]
-        if any(str(tag).strip().lower() == "untrained" for tag in tags):
-            return True
-        text = text[metadata.end():]
-    first_line = text.strip().partition("\n")[0]
+    metadata, body = _model_card(folder)
+    tags = metadata.get("tags") or []
+    if isinstance(tags, str):
+        tags = [tags]
+    if any(str(tag).strip().lower() == "untrained" for tag in tags):
+        return True
+    first_line = body.strip().partition("\n")[0]
     return first_line.startswith("# ") and re.search(r"\buntrained\b", first_line, re.I) is not None
+
+
+def model_card_metadata(folder: Path) -> dict:
+    """The YAML metadata that opens the folder's model card (README.md); {} without a card or metadata."""
+    return _model_card(folder)[0]
+
+
+def _model_card(folder: Path) -> tuple[dict, str]:
+    """(the model card's YAML metadata, the Markdown after it); ({}, "") without a card."""
+    try:
+        text = (Path(folder) / MODEL_CARD_FILE).read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+    except OSError:
+        return {}, ""
+    match = re.match(r"---[ \t]*\n(.*?)\n---[ \t]*(\n|$)", text, re.S)
+    if not match:
+        return {}, text
+    try:
+        metadata = yaml.safe_load(match[1])
+    except yaml.YAMLError:  # not metadata after all
+        metadata = None
+    return (metadata if isinstance(metadata, dict) else {}), text[match.end():]
 
 
 def _read_config_json(path: Path) -> DiceConfig:
@@ -419,12 +431,15 @@ def _write_checkpoint(model: DiceForBlockDiffusion, tokenizer: DiceTokenizer, fo
 def save(
     model: DiceForBlockDiffusion, tokenizer: DiceTokenizer, path: str | os.PathLike,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, extra_files: dict[str, str] | None = None,
+    verify: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write the checkpoint to `path` atomically: into a temporary sibling folder, fsync, then rename into place.
 
     An existing checkpoint folder at `path` is replaced (moved aside, then deleted once the new one is in place);
     a non-empty folder that is not a checkpoint is never touched. `extra_files` ({name: text}) are written along
-    (provenance notes, a README). Returns the folder.
+    (provenance notes, a README, a generation_config.json to keep instead of the one written). `verify`, when given,
+    is called with the written folder before it replaces `path`; an exception it raises leaves `path` as it was.
+    Returns the folder.
     """
     target = Path(path).expanduser().absolute()
     if target.exists():
@@ -443,6 +458,8 @@ def save(
         _write_checkpoint(model, tokenizer, staging, max_shard_bytes)
         for name, text in (extra_files or {}).items():
             (staging / name).write_text(text, encoding="utf-8")
+        if verify is not None:
+            verify(staging)
         _fsync_tree(staging)
         if target.exists():
             retired = target.parent / f".{target.name}.old-{token}"

@@ -1,21 +1,29 @@
 """`dice-copilot train recipe` on the CPU: the shipped dice-tiny recipe run whole at toy size (a tiny corpus and
 CuKe-format files written here, a tiny shape, a few steps a stage, RL with the compile reward), an interrupted stage
-continued from its weights alone, finished stages skipped, data checked by sha256; and the trainers' weights-only
+continued from its weights alone, finished stages skipped, data checked by sha256; a finished stage shipped (--ship)
+with its model card only when its held-out scores beat the shipped ones; and the trainers' weights-only
 continuations reading exactly the data an uninterrupted run reads next."""
 
+import importlib.util
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from rl_helpers import PREFIX, REFERENCE, SUFFIX, short_tasks, tiny_rl_config
 from sft_helpers import kernel_source, make_tokenizer, records, tiny_sft_config, write_jsonl
+from safetensors import safe_open
 
 from dice_copilot.cli import main
+from dice_copilot.model import checkpoint as checkpoint_module
 from dice_copilot.model import load
+from dice_copilot.model.checkpoint import (model_card_metadata, model_card_says_untrained, read_decoding_defaults,
+                                           write_decoding_defaults)
 from dice_copilot.trainer import recipe as recipe_module
+from dice_copilot.trainer import recipe_ship
 from dice_copilot.trainer import sft_data, training_run
 from dice_copilot.trainer.recipe import checkpoint_sha256, file_sha256, load_recipe
 from dice_copilot.trainer.rl import run_rl
@@ -306,6 +314,170 @@ def test_the_shipped_recipe_fits_the_size_limits_and_names_its_cuke_data():
                for name in ("cuke_sft", "cuke_infill", "cuke_e2e", "cuke_heldout"))
     seeds = [recipe.stage(name).values["seed"] for name in ("pretrain", "sft", "rl-infill", "rl-e2e")]
     assert len(set(seeds)) == len(seeds)
+
+
+# --- shipping a finished stage's checkpoint (--ship) -------------------------------------------------------------
+
+# Small weight files for the toy model (about 210 KB in bf16), so that the shipped checkpoint is sharded.
+TOY_MAX_FILE_BYTES = recipe_ship.HEADER_ROOM + 100_000
+
+
+@pytest.fixture(scope="module")
+def finished_toy(tmp_path_factory):
+    """The toy recipe run whole once, with files of at most TOY_MAX_FILE_BYTES (the recipe's own shape, which
+    bench/model_eval.py --record loads the recipe with, is then too large: the toy shape is the file's); the --ship
+    tests copy it."""
+    root = tmp_path_factory.mktemp("finished")
+    folder, work = copy_recipe(root), root / "work"
+    text = (folder / "recipe.toml").read_text()
+    text = re.sub(r'^shape = ".*"', 'shape = "toy"', text, count=1, flags=re.M)
+    (folder / "recipe.toml").write_text(text.replace("max_file_bytes = 16_000_000",
+                                                     f"max_file_bytes = {TOY_MAX_FILE_BYTES}"))
+    write_toy_data(work / "data")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the single_torch_thread fixture, which a module-wide fixture cannot use
+    try:
+        assert run_recipe(folder, work, "--pin-data") == 0
+        assert run_recipe(folder, work) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return folder, work
+
+
+@pytest.fixture
+def finished(finished_toy, tmp_path):
+    return tuple(Path(shutil.copytree(path, tmp_path / path.name)) for path in finished_toy)
+
+
+def record_scores(folder: Path, stage: str, correct_rate: float, compile_rate: float) -> None:
+    """Held-out scores of a stage as bench/model_eval.py --record writes them after a run on a GPU."""
+    spec = importlib.util.spec_from_file_location("model_eval", REPO / "bench" / "model_eval.py")
+    model_eval = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = model_eval  # its dataclasses look their module up
+    spec.loader.exec_module(model_eval)
+    scores = {"compile_rate": compile_rate, "correct_rate": correct_rate, "fast_1": 0.0, "best_of_n": correct_rate,
+              "tokens_per_forward": 1.5}
+    model_eval.record_in_recipe(f"{folder}:{stage}", {"mode": "full", "columns": {"ours": {"scores": {
+        "cuke_heldout": scores}}}})
+
+
+def ship(folder: Path, work: Path, *extra: str) -> int:
+    return run_recipe(folder, work, "--ship", *extra)
+
+
+def test_ship_writes_the_last_finished_stage_as_a_bf16_checkpoint_with_its_model_card(finished, tmp_path, capsys):
+    folder, work = finished
+    record_scores(folder, "rl-e2e", correct_rate=0.25, compile_rate=0.5)
+    # The decoding defaults model_eval --write-defaults chose: the stage stays the same finished checkpoint.
+    write_decoding_defaults(work / "rl-e2e" / "checkpoint", {"strategy": "dynamic", "threshold": 0.8})
+    assert run_recipe(folder, work) == 0
+    dest = tmp_path / "shipped"
+    assert ship(folder, work, str(dest)) == 0
+    assert "shipped stage rl-e2e" in capsys.readouterr().out
+
+    model, tokenizer = load(dest)
+    assert not model.config.untrained and model.config.torch_dtype == "bfloat16"
+    assert "dice_copilot_untrained" not in json.loads((dest / "config.json").read_text())
+    trained, _ = load(work / "rl-e2e" / "checkpoint")
+    assert all(torch.equal(a.to(torch.bfloat16), b) for a, b in zip(trained.state_dict().values(),
+                                                                   model.state_dict().values()))
+    assert read_decoding_defaults(dest) == {"strategy": "dynamic", "threshold": 0.8}
+    weights = sorted(dest.glob("*.safetensors"))
+    assert len(weights) > 1 and (dest / "model.safetensors.index.json").is_file()
+    assert all(p.stat().st_size <= TOY_MAX_FILE_BYTES for p in weights)
+    assert sum(p.stat().st_size for p in weights) <= 48_000_000
+    for path in weights:
+        with safe_open(str(path), framework="pt") as weights_file:
+            assert {weights_file.get_slice(name).get_dtype() for name in weights_file.keys()} == {"BF16"}
+    assert not (dest / "training_position.json").exists()
+
+    metadata = model_card_metadata(dest)
+    progress = json.loads((folder / "progress.json").read_text())["stages"]
+    assert metadata["dice_copilot_heldout"]["scores"] == progress["rl-e2e"]["heldout"]["model_eval (full)"]
+    assert metadata["dice_copilot_heldout"]["checkpoint_sha256"] == progress["rl-e2e"]["checkpoint_sha256"]
+    card = (dest / "README.md").read_text()
+    recipe = load_recipe(folder, ["shape=toy"])
+    for name, record in progress.items():
+        assert f"| {name} | {recipe.stage(name).kind} | " in card
+        assert f"| {record['steps_done']}/{record['steps_planned']} | {record['rows_consumed']:,} |" in card
+    assert all(f"`{entry.sha256}`" in card for entry in recipe.data.values())
+    assert f"| parameters | {model.config.num_parameters:,} |" in card and "| cuke_heldout.correct_rate | 0.25 |" in card
+    assert "KernelBench was never used" in card and "diceCopilot.checkpoint" in card and "`threshold`: 0.8" in card
+    assert not model_card_says_untrained(dest)
+
+
+def test_ship_replaces_only_a_checkpoint_its_scores_beat(finished, tmp_path, capsys):
+    folder, work = finished
+    dest = tmp_path / "shipped"
+    record_scores(folder, "rl-e2e", correct_rate=0.25, compile_rate=0.5)
+    assert ship(folder, work, str(dest)) == 0
+    card = (dest / "README.md").read_text()
+    for worse in [(0.25, 0.5), (0.25, 0.4), (0.2, 0.9)]:  # equal, a lower compile rate, a lower correct rate
+        record_scores(folder, "rl-e2e", *worse)
+        assert ship(folder, work, str(dest)) == 2
+        err = capsys.readouterr().err
+        assert "does not beat the checkpoint" in err and "--force" in err
+        assert (dest / "README.md").read_text() == card
+    assert ship(folder, work, str(dest), "--force") == 0
+    assert model_card_metadata(dest)["dice_copilot_heldout"]["scores"]["cuke_heldout.correct_rate"] == 0.2
+    record_scores(folder, "rl-e2e", 0.2, 0.95)  # an equal correct rate, a higher compile rate
+    assert ship(folder, work, str(dest)) == 0
+
+    # A trained checkpoint whose card records no scores cannot be compared.
+    (dest / "README.md").write_text("# some trained model\n")
+    record_scores(folder, "rl-e2e", 0.9, 1.0)
+    assert ship(folder, work, str(dest)) == 2
+    assert "records no held-out scores" in capsys.readouterr().err
+
+
+def test_ship_replaces_the_untrained_embedded_default_by_default(finished, tmp_path, monkeypatch):
+    folder, work = finished
+    default = Path(shutil.copytree(checkpoint_module.DEFAULT_CHECKPOINT_DIR, tmp_path / "default_checkpoint"))
+    monkeypatch.setattr(checkpoint_module, "DEFAULT_CHECKPOINT_DIR", default)
+    record_scores(folder, "rl-e2e", correct_rate=0.0, compile_rate=0.1)
+    assert ship(folder, work) == 0
+    model, _ = load(default)
+    assert not model.config.untrained and model.config.hidden_size == 64 and not (default / "build_info.json").exists()
+
+
+def test_ship_refuses_a_stage_that_is_not_finished_or_has_no_scores(toy, capsys):
+    folder, work = toy
+    assert ship(folder, work, str(work / "out")) == 2
+    assert "no stage that trains a model is finished" in capsys.readouterr().err
+    assert run_recipe(folder, work, "--until", "sft") == 0
+    assert ship(folder, work, str(work / "out"), "--stage", "rl-e2e") == 2
+    assert "stage rl-e2e is not finished (pending, step 0 of 1" in capsys.readouterr().err
+    assert ship(folder, work, str(work / "out"), "--stage", "tokenizer") == 2
+    assert "makes a tokenizer, not a model" in capsys.readouterr().err
+    assert ship(folder, work, str(work / "out")) == 2  # the last finished stage: sft, with no scores
+    err = capsys.readouterr().err
+    assert "no held-out scores to ship stage sft by" in err and f"--record {folder}:sft" in err
+    recipe_module.record_heldout_scores(folder, "sft", "model_eval (compile-only)", {"cuke_heldout.compile_rate": 0.5})
+    assert ship(folder, work, str(work / "out")) == 2
+    assert "holds model_eval (compile-only) only" in capsys.readouterr().err
+    record_scores(folder, "sft", correct_rate=0.1, compile_rate=0.5)
+    shutil.move(work / "sft" / "checkpoint", work / "elsewhere")
+    assert ship(folder, work, str(work / "out")) == 2
+    assert "the checkpoint of the finished stage sft is not on this machine" in capsys.readouterr().err
+    shutil.move(work / "elsewhere", work / "sft" / "checkpoint")
+    assert ship(folder, work, str(work / "out")) == 0
+    assert not load(work / "out")[0].config.untrained
+
+
+def test_ship_never_replaces_a_folder_that_is_not_a_checkpoint(finished, tmp_path, capsys):
+    folder, work = finished
+    record_scores(folder, "rl-e2e", correct_rate=0.25, compile_rate=0.5)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine\n")
+    for force in ([], ["--force"]):
+        assert ship(folder, work, str(notes), *force) == 2
+        assert "is not a checkpoint folder" in capsys.readouterr().err
+        assert [p.name for p in notes.iterdir()] == ["todo.txt"]
+    assert run_recipe(folder, work, "--ship", str(notes), "--until", "sft") == 2
+    assert "--ship runs no stage" in capsys.readouterr().err
+    assert run_recipe(folder, work, "--force") == 2
+    assert "--stage and --force go with --ship" in capsys.readouterr().err
 
 
 # --- the trainers' weights-only continuations ------------------------------------------------------------------

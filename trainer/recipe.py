@@ -22,6 +22,9 @@ training_position.json), `state/` (exact resume), `stage.json` (what it was star
 
 A stage is made from its inputs — the data files' sha256, the checkpoint it starts from, the model shape — and
 refuses to continue or be skipped when they changed since it was made (`--restart STAGE` makes it again).
+
+`--ship [DEST]` runs no stage: it makes the last finished stage's checkpoint the shipped one, with its model card, when
+it beats the one at DEST on the held-out scores (trainer/recipe_ship.py).
 """
 
 from __future__ import annotations
@@ -99,6 +102,15 @@ def register_train(train_subparsers) -> None:
     parser.add_argument("--pin-data", action="store_true",
                         help="write the sha256 of every data file whose recipe entry has none into recipe.toml, "
                              "then stop (pinned entries are checked, never changed)")
+    parser.add_argument("--ship", nargs="?", const="default", metavar="DEST",
+                        help="run no stage: write the checkpoint of the last finished stage (with its model card) to "
+                             "DEST (default: the embedded default checkpoint, model/default_checkpoint), if it beats "
+                             "the one there on the held-out scores")
+    parser.add_argument("--stage", metavar="STAGE",
+                        help="with --ship: ship this stage's checkpoint instead of the last finished stage's")
+    parser.add_argument("--force", action="store_true",
+                        help="with --ship: replace DEST's checkpoint even when the new one does not beat it (a "
+                             "folder that is not a checkpoint is never replaced)")
     parser.set_defaults(run=run_recipe_command)
 
 
@@ -112,6 +124,10 @@ def run_recipe_command(args) -> int:
             raise RecipeError(f"--max-minutes must be > 0, not {args.max_minutes}")
         recipe = load_recipe(args.recipe, args.set)
         data_root = (args.data or args.work / "data").absolute()
+        if args.ship is not None:
+            return _ship(args, recipe, data_root)
+        if args.stage is not None or args.force:
+            raise RecipeError("--stage and --force go with --ship")
         if args.make_data:
             make_missing_data(recipe, data_root)
         if args.pin_data:
@@ -124,6 +140,19 @@ def run_recipe_command(args) -> int:
     except RecipeError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _ship(args, recipe: Recipe, data_root: Path) -> int:
+    running = [flag for flag, given in (("--until", args.until), ("--only", args.only), ("--restart", args.restart),
+                                        ("--max-minutes", args.max_minutes is not None),
+                                        ("--make-data", args.make_data), ("--pin-data", args.pin_data)) if given]
+    if running:
+        raise RecipeError(f"--ship runs no stage, so it takes no {', '.join(running)}: run the stages first, then "
+                          f"ship (--stage STAGE picks the stage to ship)")
+    from .recipe_ship import ship
+
+    ship(recipe, args.work.absolute(), data_root, args.ship, stage=args.stage, force=args.force)
+    return EXIT_OK
 
 
 @contextlib.contextmanager
@@ -145,7 +174,8 @@ def _sigterm_interrupts():
 @dataclass
 class DataFile:
     """One data file a stage reads: where it lies under the data folder, its sha256 ("" until pinned), the manifest
-    that names its origin (a corpus's manifest.jsonl) with its own sha256, and the command that makes it."""
+    that names its origin (a corpus's manifest.jsonl) with its own sha256, the command that makes it, and what it
+    holds in a sentence (for the model card)."""
 
     name: str
     path: str
@@ -153,6 +183,7 @@ class DataFile:
     manifest: str | None = None
     manifest_sha256: str = ""
     made_by: str = ""
+    about: str = ""
 
     def files(self) -> list[tuple[str, str, str]]:
         """(recipe key, relative path, pinned sha256) of the file and of its manifest."""
@@ -263,7 +294,7 @@ def load_recipe(folder: Path, overrides: list[str] = ()) -> Recipe:
         data = {name: DataFile(name=name, **entry) for name, entry in raw.get("data", {}).items()}
     except TypeError as err:
         raise RecipeError(f"{folder / RECIPE_FILE}: a [data.NAME] table takes path, sha256, manifest, "
-                          f"manifest_sha256 and made_by: {err}") from None
+                          f"manifest_sha256, made_by and about: {err}") from None
     stages = [_stage_spec(folder, entry, data, stage_overrides) for entry in raw.get("stages", [])]
     if not stages:
         raise RecipeError(f"{folder / RECIPE_FILE} lists no [[stages]]")
@@ -782,11 +813,15 @@ class ProgressLog:
     def reset(self, name: str) -> None:
         self.data["stages"][name] = {"status": "pending"}
 
-    def write(self) -> None:
-        self.data.update(shape=self.recipe.shape, updated=_now())
+    def write(self, replan: bool = True) -> None:
+        """Write both files; `replan`: the shape and each stage's planned steps become the recipe's as loaded (a
+        run's, with its --set), which a record made outside a run leaves as the last run wrote them."""
+        self.data["updated"] = _now()
         self.data["stages"] = {s.name: self.stage(s.name) for s in self.recipe.stages}
-        for spec in self.recipe.stages:
-            self.stage(spec.name)["steps_planned"] = self.recipe.planned_steps(spec)
+        if replan or "shape" not in self.data:
+            self.data["shape"] = self.recipe.shape
+            for spec in self.recipe.stages:
+                self.stage(spec.name)["steps_planned"] = self.recipe.planned_steps(spec)
         _write_json(self.path, self.data)
         _write_atomic(self.recipe.folder / PROGRESS_MD, progress_markdown(self.recipe, self.data))
 
@@ -797,7 +832,7 @@ def record_heldout_scores(recipe_dir: Path, stage: str, name: str, scores: dict)
     recipe.stage(stage)
     log = ProgressLog(recipe)
     log.stage(stage).setdefault("heldout", {})[name] = scores
-    log.write()
+    log.write(replan=False)
 
 
 def progress_markdown(recipe: Recipe, data: dict) -> str:
@@ -809,7 +844,7 @@ def progress_markdown(recipe: Recipe, data: dict) -> str:
         r = data["stages"].get(spec.name, {})
         steps = f"{r.get('steps_done', 0)}/{r.get('steps_planned', '?')}"
         lines.append(f"| {spec.name} | {r.get('status', 'pending')} | {steps} | {r.get('rows_consumed', 0):,} | "
-                     f"{r.get('minutes', 0)} | {r.get('gpu_minutes', 0)} | {_heldout_text(r.get('heldout', {}))} | "
+                     f"{r.get('minutes', 0)} | {r.get('gpu_minutes', 0)} | {heldout_text(r.get('heldout', {}))} | "
                      f"{(r.get('checkpoint_sha256') or '-')[:16]} |")
     lines += ["", f"## Model shapes (≤ {recipe.max_checkpoint_bytes / 1e6:g} MB exported, files ≤ "
                   f"{recipe.max_file_bytes / 1e6:g} MB)", "",
@@ -819,7 +854,7 @@ def progress_markdown(recipe: Recipe, data: dict) -> str:
         c = recipe.model_config(name)
         size, largest = recipe.export_bytes(name)
         fits = size <= recipe.max_checkpoint_bytes and largest <= recipe.max_file_bytes
-        mark = "**trained**" if name == recipe.shape else ("" if fits else "too large")
+        mark = "**trained**" if name == data["shape"] else ("" if fits else "too large")
         lines.append(f"| {name} | {c.num_hidden_layers} | {c.hidden_size} | {c.num_attention_heads} / "
                      f"{c.num_key_value_heads} | {c.intermediate_size} | {c.vocab_size} | {c.block_size} | "
                      f"{c.num_parameters:,} | {size / 1e6:.1f} | {mark} |")
@@ -828,7 +863,7 @@ def progress_markdown(recipe: Recipe, data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _heldout_text(heldout: dict) -> str:
+def heldout_text(heldout: dict) -> str:
     parts = []
     for source, scores in heldout.items():
         shown = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in scores.items())
@@ -848,10 +883,16 @@ def file_sha256(path: Path) -> str:
 
 
 def checkpoint_sha256(folder: Path) -> str:
-    """One sha256 for a checkpoint folder: over each file's name and sha256, in name order."""
+    """One sha256 for a checkpoint folder: over each file's name and sha256, in name order, leaving out
+    generation_config.json: the decoding defaults chosen for a finished stage (bench/model_eval.py --write-defaults)
+    leave it the same checkpoint."""
+    from dice_copilot.model.checkpoint import GENERATION_CONFIG_FILE
+
     digest = hashlib.sha256()
     for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(folder).as_posix()}\0{file_sha256(path)}\n".encode())
+        name = path.relative_to(folder).as_posix()
+        if name != GENERATION_CONFIG_FILE:
+            digest.update(f"{name}\0{file_sha256(path)}\n".encode())
     return digest.hexdigest()
 
 
