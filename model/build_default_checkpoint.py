@@ -7,7 +7,7 @@ project's Python sources), and a tiny Qwen3-shaped network with seeded random we
 `"dice_copilot_untrained": true`, so every command that loads it says the output is noise.
 
 Deterministic: the same corpus files and arguments give byte-identical files.
-    python -m dice_copilot.model.build_default_checkpoint [--out DIR] [--vocab-size N] [--seed S]
+    python -m dice_copilot.model.build_default_checkpoint [--out DIR] [--vocab-size N] [--seed S] [--force]
 """
 
 import argparse
@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 
 from dice_copilot.trainer.tokenizer_training import MASK, train_tokenizer
 
-from .checkpoint import DEFAULT_CHECKPOINT_DIR, save
+from .checkpoint import CONFIG_FILE, DEFAULT_CHECKPOINT_DIR, read_config, save
 from .config import DiceConfig
 from .network import DiceForBlockDiffusion
 from .prompts import end_to_end_prompt, example_infill_parts, example_model, infill_prompt
@@ -96,7 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_CHECKPOINT_DIR, help="folder to write (replaced)")
     parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="tokenizer vocabulary size")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the random weights")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a trained checkpoint at --out (refused otherwise)")
     args = parser.parse_args(argv)
+    if (args.out / CONFIG_FILE).is_file() and not read_config(args.out).untrained and not args.force:
+        print(f"error: {args.out} holds a trained checkpoint; this would replace it with random weights. Pass --out "
+              f"with another folder, or --force to replace it", file=sys.stderr)
+        return 2
     out = build(args.out, args.vocab_size, args.seed)
     size = sum(p.stat().st_size for p in out.iterdir())
     print(f"wrote the UNTRAINED default checkpoint to {out} ({size / 1e6:.1f} MB)")

@@ -1,6 +1,7 @@
 """The embedded default checkpoint: loads without arguments, says it is untrained, and rebuilds deterministically."""
 
 import json
+import shutil
 
 import pytest
 
@@ -44,3 +45,19 @@ def test_build_is_deterministic(tmp_path):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     model, _ = load(first)
     assert model.config.untrained and model.config.vocab_size <= 600
+
+
+def test_rebuilding_the_stand_in_never_replaces_a_trained_checkpoint_unasked(tmp_path, capsys):
+    from dice_copilot.model.build_default_checkpoint import main
+
+    trained = tmp_path / "trained"
+    shutil.copytree(DEFAULT_CHECKPOINT_DIR, trained)
+    config = json.loads((trained / "config.json").read_text())
+    del config["dice_copilot_untrained"]
+    (trained / "config.json").write_text(json.dumps(config))
+    (trained / "README.md").write_text("# dice-tiny\n\nTrained by the recipe.\n")
+    before = {p.name: p.read_bytes() for p in trained.iterdir()}
+    assert main(["--out", str(trained)]) == 2
+    error = capsys.readouterr().err
+    assert "holds a trained checkpoint" in error and "--force" in error
+    assert {p.name: p.read_bytes() for p in trained.iterdir()} == before
