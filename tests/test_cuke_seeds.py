@@ -1,7 +1,8 @@
 """The built-in CuKe seed library: every generator yields well-formed, tagged pairs that parse, pass the strict static
 checks, mirror the reference's parameters and run as references; strategies, problem-writing styles and code styles
-vary; every PyTorch spelling of an op computes the same thing; renames and reorders keep the program; and (slow)
-the CUDA sources of every strategy and dtype mode compile with nvcc; (GPU) they pass the strict validator."""
+vary; every family has a role for the problem prose; every PyTorch spelling of an op computes the same thing;
+renames and reorders keep the program; and (slow) the CUDA sources of every strategy and dtype mode compile with
+nvcc; (GPU) they pass the strict validator."""
 
 import ast
 import random
@@ -18,6 +19,7 @@ from dice_copilot.trainer.cuke.seeds import GENERATORS, generate_seed_pairs, gen
 from dice_copilot.trainer.cuke.seeds.codestyle import draw_code_style, rename_identifiers
 from dice_copilot.trainer.cuke.seeds.ops import OPS
 from dice_copilot.trainer.cuke.seeds.rewrite import reorder_definitions
+from dice_copilot.trainer.cuke.seeds.scenarios import fix_articles, role_of
 from dice_copilot.trainer.cuke.seeds.writers import MAIN_SPELLINGS, PERSONAS, _fill, draw_writer, rename_python
 
 STRATEGIES = {"grid_stride", "thread_per_element", "unrolled_ilp", "vectorized", "half2", "multi_kernel",
@@ -234,6 +236,16 @@ def test_every_spelling_of_a_main_op_computes_the_same():
             results.append((kind, eval(expr, {"torch": torch, "F": torch.nn.functional, **dict(zip(names, args))})))
         for kind, value in results[1:]:
             assert torch.allclose(value.float(), results[0][1].float(), atol=1e-5), (key, kind)
+
+
+def test_every_family_has_a_role_for_the_problem_prose(sample):
+    """The docstrings say what a module does inside a model through its family's role (scenarios.py)."""
+    assert not sorted({p.family for p in sample if role_of(p.family) is None})
+
+
+def test_prose_articles_agree_with_the_next_word():
+    assert fix_articles("a ECAPA-style encoder, a U-Net, a int8 model, an CRNN, A x-vector net") == \
+        "an ECAPA-style encoder, a U-Net, an int8 model, a CRNN, An x-vector net"
 
 
 def test_python_renames_leave_strings_attributes_and_keywords():

@@ -303,35 +303,8 @@ def header_comment(rng: random.Random, op: str, strategy: str, dtype: str, style
 
 # ---------------------------------------------------------------- problem-side phrases (PyTorch modules)
 
-# Where a module might live: the setting its author writes into the docstring.
-CONTEXTS = [
-    "the decoder of a small language model", "a vision transformer block", "an audio encoder",
-    "a speech recognition front end", "a recommendation model's feature tower", "a graph neural network layer",
-    "a diffusion model's UNet", "a point-cloud segmentation network", "a protein structure model",
-    "a weather forecasting model", "a reinforcement learning policy head", "a time-series forecaster",
-    "an image super-resolution network", "a text classifier", "a machine translation model",
-    "a variational autoencoder", "a contrastive image-text model", "a mixture-of-experts router",
-    "a depth estimation network", "an optical flow estimator", "a tabular regression model",
-    "a music generation model", "a knowledge distillation setup", "an anomaly detector",
-    "a video action recognition model", "a molecular property predictor", "a sparse retrieval model",
-    "a style transfer network", "an object detector's neck", "a semantic segmentation head",
-    "a world model for control", "a denoising autoencoder", "a speaker verification model",
-    "a handwriting recognizer", "a medical image classifier", "a satellite imagery model",
-    "a click-through-rate model", "a physics surrogate model", "a neural radiance field",
-    "a keyword spotting model", "an OCR pipeline", "a document layout model", "a code completion model",
-    "a chatbot's reranker", "a sequence-to-sequence summariser", "a capsule network experiment",
-    "a spiking network baseline", "a metric learning embedding", "a self-supervised pretraining run",
-    "a quantisation-aware training experiment", "a pruning study", "an on-device keyboard model",
-    "a traffic prediction model", "an energy demand forecaster", "a fraud detection model",
-    "a genomics sequence model", "a drug-target interaction model", "a seismic inversion network",
-    "a lidar detection backbone", "a robot grasping policy", "a sign language recognizer",
-    "a lip reading model", "an image captioning decoder", "a visual question answering model",
-    "a dialogue state tracker", "a news recommender", "a search ranking model", "an ad auction model",
-    "a music tagging network", "a sound event detector", "an ECG classifier", "an EEG decoder",
-    "a retinal scan model", "a crop yield predictor", "a face landmark detector", "a pose estimator",
-    "a gesture classifier", "a trajectory predictor", "a hyperspectral classifier", "a radar target model",
-]
-
+# Where a module is used, in one sentence; the keys are filled from the file's setting (scenarios.py): {ctx} a model
+# and its field, {comp} the part of the model, {kind} the model, {domain} the field, {data} a data set.
 PURPOSES = [
     "Used as a building block in {ctx}.", "Part of {ctx}.", "Taken from {ctx}.", "Extracted from {ctx}.",
     "Appears in {ctx}.", "A hot spot in {ctx}.", "Profiling showed this in {ctx}.",
@@ -351,9 +324,9 @@ RETURNS_DESCRIPTIONS = ["the transformed tensor", "output of the same batch size
                         "tensor with the op applied", "the output tensor"]
 
 HEADER_COMMENTS = [
-    "# Repro: {comp} from our {domain} {kind}.", "# Benchmark module (extracted from the {comp}).",
+    "# Repro: {comp} from our {kind} ({domain}).", "# Benchmark module (extracted from the {comp}).",
     "# Stand-alone copy of the {comp} so it can be profiled.", "# Minimal module reproducing a slow {comp}.",
-    "# {Domain} {kind}: {comp}.", "# Part of the {data} training recipe.", "# Hot loop of the {comp}; see profile.",
+    "# {Domain}: {comp} of the {kind}.", "# Part of the {data} training recipe.", "# Hot loop of the {comp}; see profile.",
     "# Isolated for kernel work: {comp} of a {kind}.", "# TODO: fuse this into a single kernel.",
     "# Sizes below match our {data} runs.",
 ]
@@ -363,12 +336,17 @@ MAIN_GUARDS = [
     ["if __name__ == \"__main__\":", "    m = Model(*get_init_inputs()).eval()", "    with torch.no_grad():",
      "        y = m(*get_inputs())", "    print(y.dtype, tuple(y.shape))"],
     ["if __name__ == \"__main__\":  # quick smoke test", "    print(Model(*get_init_inputs())(*get_inputs()).shape)"],
+    ["if __name__ == \"__main__\":", "    # sanity check on CPU", "    model = Model(*get_init_inputs())",
+     "    print(model)", "    print(model(*get_inputs()).dtype)"],
+    ["if __name__ == \"__main__\":", "    inputs = get_inputs()", "    model = Model(*get_init_inputs())",
+     "    print([tuple(t.shape) for t in inputs])", "    print(model(*inputs).shape)"],
 ]
 
 COMMENT_LINES = [
     "# shapes used for benchmarking", "# sizes", "# problem size", "# benchmark configuration",
     "# input dimensions", "# configuration", "# feel free to change these", "# typical sizes from training",
-    "# dimensions of the test inputs", "# workload",
+    "# dimensions of the test inputs", "# workload", "# sizes from the training config", "# benchmark shapes",
+    "# these match the profiled run", "# change with care: the kernels were tuned for these",
 ]
 
 # Names people give the tensors a forward() receives, by role.
@@ -399,6 +377,54 @@ INPUT_NAMES = {
     "negative": ["negative", "neg", "emb_neg"],
 }
 
+# Names people give the result of a forward step, by a keyword of the step (the first key found wins).
+STEP_NAMES = {
+    "log_softmax": ["log_probs", "logp"], "softmax": ["probs", "weights", "attn", "p"],
+    "layer_norm": ["normed", "x_norm", "ln_out"], "rsqrt": ["normed", "x_normed"], "norm": ["normed", "unit"],
+    "linear": ["proj", "projected", "lin_out"], "matmul": ["prod", "scores", "mm_out"], "@": ["prod", "projected"],
+    "conv": ["conv_out", "filtered", "fmap"], "pool": ["pooled", "down"], "interpolate": ["upsampled", "resized"],
+    "gelu": ["activated", "act", "gelu_out"], "relu": ["activated", "rectified", "act"], "silu": ["activated", "swished"],
+    "logsigmoid": ["log_sig"], "sigmoid": ["gate", "gated", "squashed"], "tanh": ["squashed", "bounded"],
+    "clamp": ["clipped", "bounded"], "bias": ["shifted", "biased"], "cumsum": ["running", "prefix"],
+    "mean": ["pooled", "avg", "reduced"], "sum": ["total", "summed", "reduced"], "amax": ["peak", "row_max"],
+    "exp(": ["expd", "exps"], "log(": ["logs", "log_x"], "transpose": ["transposed", "swapped"],
+    "permute": ["permuted", "reordered"], "view": ["reshaped", "viewed"], "reshape": ["reshaped", "flat"],
+    "round": ["rounded", "quantised"], "where": ["selected", "picked"], "masked_fill": ["masked", "filled"],
+    "pad": ["padded"], "flip": ["flipped"], "roll": ["rolled", "shifted"], "* ": ["scaled"], "+ ": ["summed", "shifted"],
+}
+# Comments people put on a constructor line, by a keyword of the line.
+INIT_COMMENTS = {
+    "nn.Parameter": ["# learned", "# trainable", "# learnable parameter", "# initialised randomly, trained later"],
+    "register_buffer": ["# not trained, but saved with the state dict", "# buffer: moves with .to(device)",
+                        "# not a parameter"],
+    "nn.Linear": ["# dense projection", "# fully connected layer"], "nn.Conv": ["# learned filters"],
+    "nn.Embedding": ["# lookup table"], "eps": ["# numerical stability", "# avoids division by zero"],
+}
+# Comments on the return of get_init_inputs(): no constructor arguments (empty) or some (args).
+INIT_INPUTS_COMMENTS = {
+    "empty": ["# no constructor arguments", "# the defaults are fine", "# Model() takes no arguments",
+              "# nothing to configure", "# uses the constructor defaults"],
+    "args": ["# constructor arguments", "# same sizes as the inputs", "# passed to Model(...)", "# the layer config",
+             "# must match get_inputs()"],
+}
+# Letters (or short words) people write a size constant as in a shape comment ("# x: (B, T, D)").
+SHAPE_LETTERS = {
+    "batch_size": ["B", "N", "batch", "bsz"], "seq_len": ["T", "L", "S", "seq"], "length": ["L", "T"],
+    "num_tokens": ["N", "T", "tokens"], "dim": ["D", "C", "d", "dim"], "hidden_dim": ["H", "D_ff", "hidden"],
+    "channels": ["C", "ch"], "in_channels": ["C_in", "C"], "out_channels": ["C_out"], "height": ["H", "h"],
+    "width": ["W", "w"], "num_heads": ["H", "heads", "nh"], "head_dim": ["D", "Dh", "hd"],
+    "in_features": ["D_in", "K", "in"], "out_features": ["D_out", "N", "out"], "rows": ["R", "M"],
+    "cols": ["C", "N"], "num_classes": ["C", "K", "classes"], "vocab_size": ["V"],
+}
+# Trailing comments of size constants, by the constant's canonical name.
+SIZE_COMMENTS = {
+    "in_features": ["# input width", "# fan-in of the layer"], "out_features": ["# output width", "# units out"],
+    "channels": ["# feature channels"], "in_channels": ["# channels in"], "out_channels": ["# channels out"],
+    "num_heads": ["# attention heads"], "head_dim": ["# width of one head"], "kernel_size": ["# filter size"],
+    "height": ["# feature map height"], "width": ["# feature map width"], "hidden_dim": ["# feed-forward width"],
+    "vocab_size": ["# rows in the table"], "num_classes": ["# output classes"], "groups": ["# channel groups"],
+}
+
 CONSTANT_SPELLINGS = {  # size constant -> alternative names (lower, UPPER and short forms come from these)
     "batch_size": ["batch_size", "batch", "bs", "n_batch", "num_samples"],
     "dim": ["dim", "hidden", "features", "d_model", "width", "hidden_size", "n_features"],
@@ -418,53 +444,13 @@ CONSTANT_SPELLINGS = {  # size constant -> alternative names (lower, UPPER and s
     "rows": ["rows", "n_rows", "m"], "cols": ["cols", "n_cols", "n"],
 }
 
-# Parts a docstring can name: the component, the kind of model, the domain and a data set. Combined, they say where a
-# module is used, the way authors write it ("the prediction head of a protein language model trained on UniRef50").
-COMPONENTS = [
-    "decoder block", "encoder layer", "prediction head", "feature extractor", "stem", "neck", "bottleneck",
-    "residual branch", "attention block", "feed-forward sublayer", "projection head", "output layer", "input adapter",
-    "gating network", "router", "pooling stage", "upsampling path", "downsampling path", "skip connection",
-    "normalisation layer", "classifier head", "regression head", "embedding layer", "mixer block", "expert layer",
-    "token mixer", "channel mixer", "refinement stage", "fusion module", "context module", "temporal block",
-    "spatial block", "graph convolution", "message-passing step", "readout function", "critic network",
-    "actor network", "value head", "policy head", "reward model head", "denoiser", "score network", "latent encoder",
-    "posterior network", "prior network", "discriminator", "generator block", "style encoder", "quantiser",
-]
-MODEL_KINDS = [
-    "language model", "vision transformer", "convolutional network", "diffusion model", "speech recogniser",
-    "recommender", "graph neural network", "autoencoder", "segmentation network", "object detector",
-    "sequence-to-sequence model", "retrieval model", "reinforcement learning agent", "forecasting model",
-    "GAN", "normalising flow", "state-space model", "mixture of experts", "point-cloud network", "neural field",
-    "capsule network", "spiking network", "ranking model", "tabular model", "multimodal model", "world model",
-    "super-resolution network", "keyword spotter", "vocoder", "text-to-speech model", "depth estimator",
-    "pose estimator", "tracker", "captioning model", "question-answering model", "code model", "protein model",
-    "molecule model", "weather model", "physics emulator",
-]
-DOMAINS = [
-    "speech", "vision", "protein", "genomics", "weather", "climate", "finance", "retail", "medical imaging",
-    "radiology", "pathology", "robotics", "autonomous driving", "satellite imagery", "remote sensing", "music",
-    "audio", "video", "recommendation", "advertising", "search", "translation", "summarisation", "dialogue",
-    "chemistry", "materials science", "astronomy", "particle physics", "seismology", "oceanography", "agriculture",
-    "energy", "traffic", "logistics", "cybersecurity", "fraud detection", "e-commerce", "social networks",
-    "legal documents", "code completion", "handwriting", "sign language", "sports analytics", "gaming",
-    "neuroscience", "cardiology", "dermatology", "ophthalmology", "epidemiology", "drug discovery", "hydrology",
-]
-DATASETS = [
-    "ImageNet", "CIFAR-10", "CIFAR-100", "COCO", "LibriSpeech", "Common Voice", "WMT", "C4", "The Pile",
-    "OpenWebText", "MovieLens", "Criteo", "ogbn-arxiv", "QM9", "ERA5", "KITTI", "nuScenes", "Waymo Open",
-    "Cityscapes", "ADE20K", "Kinetics", "AudioSet", "VoxCeleb", "UniRef50", "PDB", "ZINC", "MIMIC", "CheXpert",
-    "BraTS", "LAION", "Conceptual Captions", "SQuAD", "GLUE", "MNIST", "Fashion-MNIST", "SVHN", "CelebA", "FFHQ",
-    "ShapeNet", "ModelNet40", "ScanNet", "Sentinel-2", "Landsat", "M4", "ETTh1", "Electricity", "Traffic",
-    "Yelp reviews", "Amazon reviews", "Wikipedia", "arXiv abstracts", "GitHub code", "Stack Overflow", "OpenImages",
-    "Places365", "VGGFace2", "MS MARCO", "Natural Questions", "TriviaQA", "HotpotQA", "MuJoCo tasks", "Atari games",
-]
 PURPOSES += [
-    "Used in the {comp} of a {kind} for {domain}.", "This is the {comp} of our {domain} {kind}.",
+    "Used in the {comp} of a {kind} for {domain}.", "This is the {comp} of our {kind} for {domain}.",
     "Trained on {data}; this block dominates the step time.", "From a {kind} trained on {data}.",
-    "Lifted from the {comp} of a {domain} {kind} so it can be profiled alone.",
+    "Lifted from the {comp} of a {kind} ({domain}) so it can be profiled alone.",
     "Our {domain} pipeline calls this inside the {comp}.", "A {comp} we use for {domain} ({data} experiments).",
     "Shows up in the {comp} of most {kind} variants we train on {data}.",
-    "Kept small on purpose: it is the {comp} of a {domain} {kind}.",
+    "Kept small on purpose: it is the {comp} of a {kind} for {domain}.",
     "Benchmark copy of the {comp} from a {kind} fine-tuned on {data}.",
 ]
 
@@ -489,24 +475,46 @@ REFERENCES = {
 
 # Comments people put on a line of a forward pass, by what the line does (a keyword found in the line).
 LINE_COMMENTS = {
-    "softmax": ["# normalise over the last dim", "# probabilities", "# attention weights", "# softmax over classes"],
-    "layer_norm": ["# pre-norm", "# normalise each token", "# LayerNorm over features"],
-    "rsqrt": ["# RMS statistics", "# 1 / rms", "# scale by the inverse root mean square"],
-    "gelu": ["# GELU as in BERT", "# smooth ReLU", "# nonlinearity"],
-    "relu": ["# nonlinearity", "# rectify", "# zero out negatives"], "silu": ["# swish", "# SiLU gate"],
-    "sigmoid": ["# squash to (0, 1)", "# gate"], "tanh": ["# squash to (-1, 1)", "# bounded activation"],
-    "clamp": ["# keep values in range", "# clip outliers", "# bound the activations"],
-    "bias": ["# add the learned bias", "# shift by the bias", "# per-feature offset"],
-    "residual": ["# residual connection", "# skip connection", "# add back the input branch"],
-    "mean": ["# average", "# reduce", "# mean over the reduced dim"], "sum": ["# total", "# reduce by summing"],
-    "linear": ["# projection", "# dense layer", "# project to the output size"],
-    "matmul": ["# batched product", "# matrix product"], "conv": ["# convolution", "# spatial filter"],
-    "pool": ["# downsample", "# pooling"], "view": ["# split heads", "# reshape", "# restore the layout"],
-    "permute": ["# move heads before the sequence", "# reorder dims"], "cat": ["# join along features"],
-    "round": ["# quantise", "# snap to the grid"], "where": ["# select per element", "# masked select"],
-    "masked_fill": ["# hide padded positions", "# apply the mask"], "exp": ["# exponentiate"],
-    "log": ["# log domain"], "norm": ["# normalise"], "chunk": ["# split into value and gate", "# two halves"],
-    "return": ["# done", "# output"],
+    "softmax": ["# normalise over the last dim", "# probabilities", "# attention weights", "# softmax over classes",
+                "# rows now sum to one", "# turn scores into a distribution", "# weights over the keys"],
+    "layer_norm": ["# pre-norm", "# normalise each token", "# LayerNorm over features", "# per-token statistics",
+                   "# zero mean, unit variance, then the affine part"],
+    "rsqrt": ["# RMS statistics", "# 1 / rms", "# scale by the inverse root mean square", "# reciprocal square root"],
+    "gelu": ["# GELU as in BERT", "# smooth ReLU", "# nonlinearity", "# Gaussian error linear unit",
+             "# same activation as the pretrained checkpoint"],
+    "relu": ["# nonlinearity", "# rectify", "# zero out negatives", "# keep the positive part"],
+    "silu": ["# swish", "# SiLU gate", "# x * sigmoid(x)", "# smooth, non-monotonic activation"],
+    "sigmoid": ["# squash to (0, 1)", "# gate", "# gate values in (0, 1)", "# logistic"],
+    "tanh": ["# squash to (-1, 1)", "# bounded activation", "# saturating nonlinearity"],
+    "clamp": ["# keep values in range", "# clip outliers", "# bound the activations", "# guard against blow-ups",
+              "# clip to the calibrated range"],
+    "bias": ["# add the learned bias", "# shift by the bias", "# per-feature offset", "# broadcast over the batch"],
+    "residual": ["# residual connection", "# skip connection", "# add back the input branch",
+                 "# identity path keeps gradients healthy"],
+    "mean": ["# average", "# reduce", "# mean over the reduced dim", "# average pooling over positions"],
+    "sum": ["# total", "# reduce by summing", "# collapse the reduced dim"],
+    "linear": ["# projection", "# dense layer", "# project to the output size", "# x @ W^T",
+               "# the expensive part"],
+    "matmul": ["# batched product", "# matrix product", "# scores between every pair of positions"],
+    "conv": ["# convolution", "# spatial filter", "# learned filter bank", "# local receptive field"],
+    "pool": ["# downsample", "# pooling", "# lower resolution", "# coarser grid"],
+    "view": ["# reshape", "# restore the layout", "# no copy, just a new view"],
+    "reshape": ["# flatten", "# back to the original shape", "# merge the leading dims"],
+    "permute": ["# reorder dims", "# new dimension order"],
+    "transpose": ["# swap the two dims", "# transpose for the next matmul"],
+    "cat": ["# join along features", "# concatenate the branches"],
+    "round": ["# quantise", "# snap to the grid", "# ties round to even"],
+    "where": ["# select per element", "# masked select", "# pick a branch per element"],
+    "masked_fill": ["# hide padded positions", "# apply the mask", "# masked entries get a fixed value"],
+    "exp": ["# exponentiate", "# back from the log domain"], "log": ["# log domain", "# work with log values"],
+    "norm": ["# normalise", "# vector length"], "chunk": ["# split into value and gate", "# two halves"],
+    "sqrt": ["# square root", "# magnitude"], "abs": ["# magnitude only"],
+    "pow": ["# power", "# elementwise power"], "argmax": ["# index of the best entry", "# predicted class"],
+    "cumsum": ["# running total", "# prefix sum along the row"], "gather": ["# pick entries by index"],
+    "scatter": ["# write values at the given positions"], "embedding": ["# token lookup", "# one row per id"],
+    "pad": ["# pad the borders"], "flip": ["# reverse the order"], "roll": ["# circular shift"],
+    "interpolate": ["# upsample", "# resize the feature map"], "contiguous": ["# materialise the new layout"],
+    "return": ["# done", "# output", "# hand the result back"],
 }
 ARG_DESCRIPTIONS.update({
     "x": ARG_DESCRIPTIONS["x"] + ["hidden states of shape (batch, ..., features)", "the feature map", "token activations",
@@ -543,46 +551,9 @@ ATTRIBUTES = {
     "smooth": ["smooth", "smoothing", "eps"],
 }
 
-COMPONENTS += [
-    "patch embedding", "positional encoding", "cross-attention block", "adapter", "LoRA branch", "prefix encoder",
-    "length regulator", "duration predictor", "pitch predictor", "mel decoder", "waveform generator", "codebook",
-    "vector quantiser", "contrastive head", "similarity head", "retrieval tower", "candidate scorer",
-    "feature crossing layer", "deep-and-cross block", "interaction layer", "field embedding", "time embedding",
-    "noise predictor", "U-Net level", "ResNet stage", "inverted residual", "depthwise block", "squeeze step",
-    "excitation step", "pyramid pooling module", "decoder upsampler", "instance head", "mask head", "box head",
-    "keypoint head", "heatmap head", "offset branch", "flow decoder", "cost volume", "correlation layer",
-    "recurrent cell", "gating unit", "highway layer", "memory read head", "memory write head", "planner",
-    "dynamics model", "reward predictor", "inverse model", "tokeniser embedding", "vocabulary projection",
-]
-MODEL_KINDS += [
-    "conformer", "wav2vec-style encoder", "neural codec", "diffusion transformer", "latent diffusion model",
-    "masked autoencoder", "contrastive learner", "siamese network", "two-tower recommender", "factorisation machine",
-    "temporal convolutional network", "graph attention network", "message-passing network", "equivariant network",
-    "implicit neural representation", "neural ODE", "hypernetwork", "mixture density network", "energy-based model",
-    "decision transformer", "vision-language model", "document transformer", "long-context transformer",
-    "efficient transformer", "hybrid CNN-transformer", "U-Net", "feature pyramid network", "YOLO-style detector",
-    "DETR-style detector", "pose transformer", "video transformer", "sparse transformer", "retrieval-augmented model",
-]
-DOMAINS += [
-    "wildlife monitoring", "crop disease detection", "manufacturing inspection", "semiconductor defect detection",
-    "structural health monitoring", "power grid forecasting", "wind power forecasting", "solar forecasting",
-    "air quality prediction", "flood forecasting", "wildfire detection", "supply chain planning", "demand forecasting",
-    "credit scoring", "insurance pricing", "churn prediction", "customer support", "speech translation",
-    "speaker diarisation", "emotion recognition", "lyrics transcription", "bird song classification",
-    "radio astronomy", "gravitational-wave detection", "cosmology", "fluid dynamics", "weather nowcasting",
-    "molecular dynamics", "protein folding", "antibody design", "single-cell genomics", "microscopy",
-    "histopathology", "endoscopy", "ultrasound imaging", "dental imaging", "retinal imaging", "mammography",
-]
-DATASETS += [
-    "Open Catalyst", "OGB-LSC", "PCQM4M", "MD17", "AlphaFold DB", "TCGA", "PatchCamelyon", "ISIC", "LIDC-IDRI",
-    "UK Biobank", "PhysioNet", "EuroSAT", "BigEarthNet", "xView", "SpaceNet", "DOTA", "Argoverse", "Lyft Level 5",
-    "CARLA runs", "RoboNet", "Meta-World", "D4RL", "Procgen", "NetHack", "Minecraft videos", "HowTo100M",
-    "Something-Something", "Ego4D", "LRS3", "GigaSpeech", "VCTK", "LJSpeech", "MAESTRO", "MusicCaps", "FSD50K",
-    "ESC-50", "UrbanSound8K", "GTZAN", "Criteo 1TB", "Avazu", "KuaiRand", "Taobao clicks", "Outbrain", "Tiny Shakespeare",
-]
 PURPOSES += [
     "We saw this {comp} eat most of the step time on {data}.", "Copied out of the {comp} to try a fused kernel.",
     "The {domain} team asked for a faster {comp}.", "In production this {comp} runs for every request.",
     "Same maths as the {comp} in our {kind}, without the surrounding model.",
-    "Profiled on {data}-sized batches; the rest of the {kind} is omitted.",
+    "Profiled on batches from {data}; the rest of the {kind} is omitted.",
 ]

@@ -2,19 +2,24 @@
 write their own modules, with its details drawn per pair from a seeded RNG. A persona decides the op spellings
 (`F.*`, `torch.*`, tensor methods, `nn` layers, formulas), where the sizes live (module constants, inside
 `get_inputs`, constructor defaults), names, docstrings, type hints, imports and how the forward is laid out. The
-persona is the pair's `style` tag, which the held-out split can keep out of training."""
+persona is the pair's `style` tag, which the held-out split can keep out of training. What the prose says (where the
+module is used, what its input holds, its author's notes) and the names of the main input and of the sizes come from
+one setting drawn per file (`scenarios.py`), so a file tells one consistent story."""
 
 from __future__ import annotations
 
 import ast
 import random
 import re
+import textwrap
 from dataclasses import dataclass, field
 
 from .ops import OPS_BY_TAG
-from .vocab import (ARG_DESCRIPTIONS, ATTRIBUTES, COMMENT_LINES, COMPONENTS, CONSTANT_SPELLINGS, CONTEXTS,
-                    CTOR_DESCRIPTIONS, DATASETS, DOC_OPENERS, DOMAINS, EXAMPLE_INTROS, HEADER_COMMENTS, INPUT_NAMES,
-                    LINE_COMMENTS, MAIN_GUARDS, MODEL_KINDS, PURPOSES, REFERENCES, RETURNS_DESCRIPTIONS)
+from .scenarios import FEATURE_ROLES, HEADER_LINES, Scenario, ScenarioWords, draw_scenario, role_of
+from .vocab import (ARG_DESCRIPTIONS, ATTRIBUTES, COMMENT_LINES, CONSTANT_SPELLINGS, CTOR_DESCRIPTIONS,
+                    DOC_OPENERS, EXAMPLE_INTROS, HEADER_COMMENTS, INIT_COMMENTS, INIT_INPUTS_COMMENTS, INPUT_NAMES,
+                    LINE_COMMENTS, MAIN_GUARDS, PURPOSES, REFERENCES, RETURNS_DESCRIPTIONS, SHAPE_LETTERS,
+                    SIZE_COMMENTS, STEP_NAMES)
 
 # persona: (spelling preference, size placement weights module/inline/locals, constructor defaults share,
 #           docstring weights none/line/long/args, hint weights none/forward/full, classic super share)
@@ -73,7 +78,7 @@ MAIN_SPELLINGS: dict[str, list[tuple[str, str]]] = {
             ("torch", "torch.matmul({0}, {1})")],
     "linear": [("F", "F.linear({0}, {1})"), ("expr", "{0} @ {1}.t()"), ("torch", "torch.matmul({0}, {1}.T)")],
     "linear_bias": [("F", "F.linear({0}, {1}, {2})"), ("expr", "{0} @ {1}.t() + {2}"),
-                    ("torch", "torch.addmm({2}, {0}, {1}.t())")],
+                    ("torch", "torch.matmul({0}, {1}.t()) + {2}")],  # not addmm: inputs may be 3-D
     "transpose": [("method", "{0}.transpose({d0}, {d1})"), ("torch", "torch.transpose({0}, {d0}, {d1})")],
     "max_pool2d": [("F", "F.max_pool2d({0}, kernel_size={k}, stride={s}, padding={p})"),
                    ("F", "F.max_pool2d({0}, {k}, {s}, {p})"),
@@ -121,16 +126,24 @@ class ProblemWriter:
     doc: str  # none | line | long | args
     hints: str  # none | forward | full
     classic_super: bool
-    imports: str  # alias | from | functional_from
+    doc_format: str  # google | numpy | sphinx: how docstring sections are laid out
+    short_exponents: bool  # float literals written 1e-5 (not Python's repr, 1e-05)
+    summary_first: bool  # a multi-line docstring starts on the line of its quotes
+    imports: str  # alias | from | functional_from | full_path (torch.nn.functional.* spelled out)
     layout: str  # reassign | nested | fresh
     dtype_form: str  # kw | method | to
     size_form: str  # args | tuple
     module_doc: bool
     comment_sizes: bool
+    comment_constants: bool  # a trailing comment on module-level size constants
     header_comment: bool
     main_guard: bool
     line_comments: float  # chance of a comment on a forward line
+    scenario: Scenario  # the setting the file's prose, input names and (scenario_sizes) size names come from
+    scenario_sizes: bool
+    helper: bool  # a pure forward goes into a module-level function that forward calls
     rng: random.Random = field(repr=False, default_factory=random.Random)
+    story: ScenarioWords | None = None  # the scenario's words this file uses (drawn once, at rendering)
     names: dict[str, str] = field(default_factory=dict)
     attributes: dict[str, str] | None = None
     layers: list[tuple[str, str]] = field(default_factory=list)  # (attribute, nn constructor), parameter-free
@@ -206,6 +219,8 @@ class ProblemWriter:
         for p in spec.forward_params:
             pool = list(INPUT_NAMES.get(p, [p]))
             self.rng.shuffle(pool)
+            if p == "x" and role_of(spec.family) in FEATURE_ROLES and self.rng.random() < 0.5:
+                pool = self.rng.sample(self.scenario.names, len(self.scenario.names)) + pool  # named after the data
             if self.rng.random() < 0.35:
                 pool.insert(0, p)
             mapping[p] = next((n for n in pool if n == p or (n not in used and n not in mapping.values())), p)
@@ -244,12 +259,13 @@ class ProblemWriter:
     def constant_names(self, constants: dict, taken: set[str]) -> dict[str, str]:
         out = {}
         for name in constants:
+            base = (self.story.size_name(name) if self.scenario_sizes else None) or name
             if self.constant_case == "upper":
-                new = name.upper()
-            elif self.constant_case == "alias":
+                new = base.upper()
+            elif self.constant_case == "alias" and base == name:
                 new = self.rng.choice(CONSTANT_SPELLINGS.get(name, [name]))
             else:
-                new = name
+                new = base
             if new in taken or new in out.values() or not new.isidentifier():
                 new = name
             out[name] = new
@@ -265,13 +281,17 @@ def draw_writer(rng: random.Random, style: str | None = None) -> ProblemWriter:
         constant_case=r.choices(["lower", "upper", "alias"], [4, 2, 2])[0], ctor_defaults=r.random() < ctor,
         doc=r.choices(["none", "line", "long", "args"], doc_w)[0],
         hints=r.choices(["none", "forward", "full"], hint_w)[0], classic_super=r.random() < classic,
-        imports=r.choice(["alias", "alias", "from", "functional_from"]),
+        doc_format=r.choices(["google", "numpy", "sphinx"], [6, 2, 2])[0], short_exponents=r.random() < 0.5,
+        summary_first=r.random() < 0.4,
+        imports=r.choice(["alias", "alias", "from", "functional_from", "full_path"]),
         layout=r.choices(["reassign", "nested", "fresh"], [4, 2, 3])[0],
         dtype_form=r.choices(["kw", "method", "to"], [4, 2, 1])[0], size_form=r.choices(["args", "tuple"], [5, 1])[0],
-        module_doc=r.random() < 0.3, comment_sizes=r.random() < 0.3, header_comment=r.random() < 0.3,
+        module_doc=r.random() < 0.45, comment_sizes=r.random() < 0.3, comment_constants=r.random() < 0.35,
+        header_comment=r.random() < 0.4,
         main_guard=r.random() < 0.15,
-        line_comments={"annotated": 0.35, "configurable": 0.25, "formula": 0.3}.get(style, 0.12) * r.random() * 2,
-        rng=r)
+        line_comments={"annotated": 0.45, "configurable": 0.35, "formula": 0.4}.get(style, 0.2) * r.random() * 2,
+        scenario=draw_scenario(r), scenario_sizes=r.random() < 0.4,
+        helper=r.random() < {"functional": 0.35, "formula": 0.4, "annotated": 0.3}.get(style, 0.2), rng=r)
 
 
 def _fill(template: str, args: list[str], kwargs: dict) -> str:
@@ -351,7 +371,13 @@ def layout_forward(body: str, writer: ProblemWriter) -> str:
             pool = [n for n in ("h", "y", "out", "z", "act", "tmp", "result", "hidden", "t", "u", "val", "res")
                     if n not in taken]
             writer.rng.shuffle(pool)
-            names = [var] + pool[:end - start]
+            names = [var]
+            for step in steps:
+                named = _step_name(step, writer) if writer.rng.random() < 0.6 else None
+                fresh = [n for n in ([named] if named else []) + pool if n not in taken and n not in names]
+                if not fresh:
+                    break
+                names.append(fresh[0])
             if len(names) < end - start + 1:
                 continue
             new = []
@@ -363,6 +389,12 @@ def layout_forward(body: str, writer: ProblemWriter) -> str:
             tail = rename_python(tail, {var: names[len(steps)]})
             out = out[:start + len(new)] + tail.split("\n")
     return "\n".join(out)
+
+
+def _step_name(step: str, writer: ProblemWriter) -> str | None:
+    """A name for the result of a forward step after what it computes ("probs" for a softmax), if one fits."""
+    key = next((k for k in STEP_NAMES if k in step), None)
+    return writer.rng.choice(STEP_NAMES[key]) if key else None
 
 
 def _linear_runs(lines: list[str]) -> list[tuple[int, int, str]]:
@@ -392,11 +424,20 @@ def _substitute(expr: str, var: str, value: str) -> str:
 # ---------------------------------------------------------------- the problem file
 
 def render_problem(spec, writer: ProblemWriter) -> str:
-    """The problem module: imports, optional size constants, Model, get_inputs(), get_init_inputs()."""
+    """The problem module: imports, optional size constants, an optional helper function, Model, get_inputs(),
+    get_init_inputs()."""
+    writer.story = writer.story or ScenarioWords(writer.scenario, role_of(spec.family), writer.rng)
     forward = layout_forward(writer.resolve(spec.forward_body), writer)
+    if writer.imports == "full_path":
+        forward = re.sub(r"\bF\.", "torch.nn.functional.", forward)
     names = writer.name_map(spec, forward)
     forward = _comment_lines(writer.rename(forward, spec), writer)
-    init_body = writer.rename(spec.init_body, spec)
+    if writer.rng.random() < 0.2 and writer.story.role:
+        forward = f"# {writer.story.imperative()}\n{forward}"
+    elif writer.rng.random() < 0.25 and (shape := _shape_comment(spec, names, writer)):
+        forward = f"{shape}\n{forward}"
+    helper, forward = _helper_function(spec, writer, forward, [names.get(p, p) for p in spec.forward_params])
+    init_body = _comment_lines(writer.rename(spec.init_body, spec), writer, INIT_COMMENTS)
     constants = dict(spec.constants)
     const_names = writer.constant_names(constants, set(names.values()) | set(_python_names(forward)))
     init_values = [_evaluate(expr, constants) for expr in spec.init_inputs]
@@ -404,15 +445,19 @@ def render_problem(spec, writer: ProblemWriter) -> str:
     layers = [f"self.{attr} = {ctor}" for attr, ctor in writer.layers]
     full_init = "\n".join(filter(None, [init_body] + layers))
     parts: list[str] = []
+    story = writer.story
     if writer.header_comment:
-        r = writer.rng
-        domain = r.choice(DOMAINS)
-        parts.append(r.choice(HEADER_COMMENTS).format(comp=r.choice(COMPONENTS), kind=r.choice(MODEL_KINDS),
-                                                      domain=domain, Domain=domain[:1].upper() + domain[1:],
-                                                      data=r.choice(DATASETS)) + "\n")
+        header = writer.rng.choice(HEADER_COMMENTS) if writer.rng.random() < 0.5 else writer.rng.choice(HEADER_LINES)
+        parts.append(story.fill(header) + "\n")
+        if writer.rng.random() < 0.3:
+            parts.append(story.follow_up() + "\n")
     if writer.module_doc:
-        parts.append(f'"""{_sentence(spec.doc)} {_purpose(writer.rng)}"""\n\n')
-    parts.append(_imports(writer, forward + "\n" + full_init + "\n" + "\n".join(spec.inputs)))
+        first = _sentence(spec.doc)
+        if story.role and writer.rng.random() < 0.4:
+            first = story.line_doc(spec.doc.rstrip("."))
+        sentences = [first, _purpose(story)] + ([story.note()] if writer.rng.random() < 0.5 else [])
+        parts.append(_docstring(sentences, 0) + "\n\n")
+    parts.append(_imports(writer, forward + "\n" + helper + "\n" + full_init + "\n" + "\n".join(spec.inputs)))
     inputs = [_dtype_form(_size_form(e, writer), writer) for e in spec.inputs]
     init_exprs = list(spec.init_inputs)
     if writer.sizes == "module" and constants:
@@ -420,9 +465,11 @@ def render_problem(spec, writer: ProblemWriter) -> str:
         if writer.comment_sizes:
             parts.append(writer.rng.choice(COMMENT_LINES) + "\n")
         for name, value in constants.items():
-            parts.append(f"{const_names[name]} = {value!r}\n")
+            parts.append(f"{const_names[name]} = {value!r}{_size_comment(name, writer)}\n")
         inputs = [rename_python(e, const_names) for e in inputs]
         init_exprs = [rename_python(e, const_names) for e in init_exprs]
+    if helper:
+        parts += ["\n\n", helper]
     parts += ["\n\n", "class Model(nn.Module):\n", _class_doc(spec, writer, init_values)]
     init_sig, _, forward_sig = model_signatures(spec, writer)
     parts.append(f"    def {init_sig}:\n")
@@ -432,14 +479,31 @@ def render_problem(spec, writer: ProblemWriter) -> str:
     parts.append(f"\n    def {forward_sig}:\n")
     if writer.doc == "args":
         parts.append(_forward_doc(spec, [names.get(p, p) for p in spec.forward_params], writer))
-    parts += [_indent(forward, 8) + "\n", "\n\n", _get_inputs(inputs, constants, const_names, writer), "\n\n"]
+    comment = story.input_comment(sizes) if (sizes := _story_sizes(spec)) and writer.rng.random() < 0.3 else None
+    params = [names.get(p, p) for p in spec.forward_params]
+    parts += [_indent(forward, 8) + "\n", "\n\n", _get_inputs(inputs, constants, const_names, writer, comment, params),
+              "\n\n"]
     if use_defaults:
         parts.append(_function("get_init_inputs", ["return []"], writer, "list"))
     else:
         parts.append(_get_init_inputs(init_exprs, constants, const_names, writer))
+    if writer.rng.random() < 0.2:  # a comment on what the constructor gets
+        parts[-1] = parts[-1].rstrip("\n") + "  " + writer.rng.choice(
+            INIT_INPUTS_COMMENTS["empty" if parts[-1].endswith("return []\n") else "args"]) + "\n"
     if writer.main_guard:
         parts.append("\n\n" + "\n".join(writer.rng.choice(MAIN_GUARDS)) + "\n")
-    return "".join(parts)
+    text = "".join(parts)
+    return re.sub(r"(\d)e-0(\d)", r"\1e-\2", text) if writer.short_exponents else text  # 1e-5 rather than 1e-05
+
+
+def _size_comment(constant: str, writer: ProblemWriter) -> str:
+    """"  # ..." after a module-level size constant, for writers who say what their sizes are."""
+    if not writer.comment_constants:
+        return ""
+    comment = writer.story.size_comment(constant)
+    if comment is None and constant in SIZE_COMMENTS:
+        comment = writer.rng.choice(SIZE_COMMENTS[constant])
+    return f"  {comment}" if comment and writer.rng.random() < 0.8 else ""
 
 
 def _use_defaults(writer: ProblemWriter, init_values: list) -> bool:
@@ -496,7 +560,7 @@ def _imports(writer: ProblemWriter, code: str) -> str:
     if "math." in code:
         lines.append("import math\n")
     lines.append("import torch\n")
-    if writer.imports == "alias":
+    if writer.imports in ("alias", "full_path"):
         lines.append("import torch.nn as nn\n")
         if "F." in code:
             lines.append("import torch.nn.functional as F\n")
@@ -517,9 +581,64 @@ def _sentence(text: str) -> str:
     return text if text.endswith(".") else text + "."
 
 
-def _purpose(r: random.Random) -> str:
-    return r.choice(PURPOSES).format(ctx=r.choice(CONTEXTS), comp=r.choice(COMPONENTS), kind=r.choice(MODEL_KINDS),
-                                     domain=r.choice(DOMAINS), data=r.choice(DATASETS))
+def _purpose(story: ScenarioWords) -> str:
+    """Where the module is used, in one sentence of the file's setting."""
+    r = story.rng
+    if r.random() < 0.5:
+        return story.setting()
+    return story.fill(r.choice(PURPOSES), ctx=f"a {story.words['model']} for {story.words['field']}")
+
+
+def _story(spec, writer: ProblemWriter) -> list[str]:
+    """The sentences after a docstring's first line: where the module is used, now and then what the input holds
+    in the setting's words and a note of its author."""
+    story, r = writer.story, writer.rng
+    sentences = [_purpose(story)]
+    sizes = _story_sizes(spec)
+    if sizes and r.random() < 0.5:
+        sentences.append(story.shape(sizes))
+    if r.random() < 0.65:
+        sentences.append(story.note())
+    return sentences
+
+
+def _shape_comment(spec, names: dict, writer: ProblemWriter) -> str | None:
+    """"# x: (B, T, D)": the first input's shape in the letters (or words) its author uses for sizes."""
+    dims = [d.strip() for d in (_input_shapes(spec) or [""])[0].split(",") if d.strip()]
+    if not dims or not spec.forward_params:
+        return None
+    letters = [writer.rng.choice(SHAPE_LETTERS.get(d, [d])) for d in dims]
+    if len(set(letters)) < len(letters):
+        letters = dims
+    return f"# {names.get(spec.forward_params[0], spec.forward_params[0])}: ({', '.join(letters)})"
+
+
+# Size names of an input the setting's words can describe: (batch, features) or (batch, sequence, features).
+_BATCH_SIZES, _SEQUENCE_SIZES, _FEATURE_SIZES = {"batch_size", "rows", "batch"}, {"seq_len", "length", "num_tokens"}, \
+    {"dim", "cols", "hidden_dim"}
+
+
+def _story_sizes(spec) -> list[int] | None:
+    """The sizes of the first input when it is a (batch, [sequence,] features) tensor of a feature-like op."""
+    if role_of(spec.family) not in FEATURE_ROLES or not spec.inputs:
+        return None
+    dims = [d.strip() for d in _input_shapes(spec)[0].split(",") if d.strip()]
+    if len(dims) not in (2, 3) or dims[0] not in _BATCH_SIZES or dims[-1] not in _FEATURE_SIZES:
+        return None
+    if len(dims) == 3 and dims[1] not in _SEQUENCE_SIZES:
+        return None
+    sizes = [spec.constants.get(d) for d in dims]
+    return sizes if all(isinstance(v, int) and v > 1 for v in sizes) else None
+
+
+def _docstring(sentences: list[str], indent: int) -> str:
+    """A docstring: the first sentence on its own line, the others as one paragraph wrapped to the line length."""
+    pad = " " * indent
+    first, rest = sentences[0], " ".join(sentences[1:])
+    if not rest:
+        return f'{pad}"""{first}"""'
+    body = textwrap.fill(rest, width=116 - indent, initial_indent=pad, subsequent_indent=pad)
+    return f'{pad}"""{first}\n\n{body}\n{pad}"""'
 
 
 def _class_doc(spec, writer: ProblemWriter, init_values: list) -> str:
@@ -531,25 +650,76 @@ def _class_doc(spec, writer: ProblemWriter, init_values: list) -> str:
     desc = spec.doc.rstrip(".")
     first = _sentence(r.choice(DOC_OPENERS).format(desc=desc, Desc=desc[:1].upper() + desc[1:]))
     if writer.doc == "line":
+        if writer.story.role and r.random() < 0.5:
+            first = writer.story.line_doc(desc)
         return f'    """{first}"""\n\n'
-    lines = [first, "", _purpose(r)]
+    lines = [first, ""] + textwrap.wrap(" ".join(_story(spec, writer)), width=108)
     refs = REFERENCES.get(getattr(spec, "family", ""), [])
     if refs and r.random() < 0.6:
         lines.append(f"{r.choice(['Reference', 'See', 'Follows', 'After'])}: {r.choice(refs)}.")
     names = writer.names
     if writer.doc == "args" and spec.init_params:
-        lines += ["", "Args:"]
-        for p in spec.init_params:
-            lines.append(f"    {names.get(p, p)}: {CTOR_DESCRIPTIONS.get(p, 'constructor argument')}.")
+        kinds = [type(v).__name__ if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+                 for v in init_values] + [""] * len(spec.init_params)
+        entries = [(names.get(p, p), kind, f"{CTOR_DESCRIPTIONS.get(p, 'constructor argument')}.")
+                   for p, kind in zip(spec.init_params, kinds)]
+        lines += [""] + _doc_section("args", entries, writer)
     shapes = _input_shapes(spec)
     if shapes and r.random() < 0.6:
-        lines += ["", r.choice(["Shape:", "Shapes:", "Inputs:"])]
-        lines += [f"    {names.get(p, p)}: ({s})" for p, s in zip(spec.forward_params, shapes) if s]
+        lines += [""] + _doc_section("shape", [(names.get(p, p), "", f"({s})")
+                                               for p, s in zip(spec.forward_params, shapes) if s], writer)
     if writer.doc == "args" and r.random() < 0.5 and all(v is not _UNKNOWN for v in init_values):
         args = ", ".join(repr(v) for v in init_values)
-        lines += ["", r.choice(EXAMPLE_INTROS), f"    >>> model = Model({args})", "    >>> out = model(*get_inputs())"]
+        intro = r.choice(EXAMPLE_INTROS) if writer.doc_format != "numpy" else "Examples\n--------"
+        lines += ["", *intro.split("\n"), f"    >>> model = Model({args})", "    >>> out = model(*get_inputs())"]
     body = "\n".join(("    " + line) if line else "" for line in lines)
+    if writer.summary_first:  # the summary on the line of the opening quotes (PEP 257), not below them
+        return f'    """{body[4:]}\n    """\n\n'
     return f'    """\n{body}\n    """\n\n'
+
+
+# Section headings of the docstring formats: Google, NumPy, Sphinx field lists (None: a Google-style section).
+_SECTIONS = {"args": ("Args:", "Parameters", ":param"), "returns": ("Returns:", "Returns", ":returns:"),
+             "shape": ("Shape:", "Shapes", None)}
+
+
+def _doc_section(section: str, entries: list[tuple[str, str, str]], writer: ProblemWriter) -> list[str]:
+    """The lines of a docstring section (its (name, type, text) entries) in the writer's docstring format."""
+    google, numpy, sphinx = _SECTIONS[section]
+    if section == "shape" and writer.doc_format == "google":
+        google = writer.rng.choice(["Shape:", "Shapes:", "Inputs:"])
+    if writer.doc_format == "numpy":
+        lines = [numpy, "-" * len(numpy)]
+        for name, kind, text in entries:
+            lines += [f"{name} : {kind}".strip(" :") if name else kind, f"    {text}"]
+        return lines
+    if writer.doc_format == "sphinx" and sphinx:
+        if section == "returns":
+            return [f"{sphinx} {text}" for _, _, text in entries]
+        return [f"{sphinx} {name}: {text}" for name, _, text in entries]
+    lines = [google]
+    for name, _, text in entries:
+        lines.append(f"    {name}: {text}" if name else f"    {text}")
+    return lines
+
+
+def _helper_function(spec, writer: ProblemWriter, forward: str, params: list[str]) -> tuple[str, str]:
+    """(helper source, forward) for writers that put a forward using no module state into a function of its own;
+    ("", forward) otherwise."""
+    if not writer.helper or not params or re.search(r"\bself\b", forward):
+        return "", forward
+    taken = set(_python_names(forward)) | set(params) | {"torch", "nn", "F", "math", "Model", "get_inputs",
+                                                         "get_init_inputs"}
+    name = writer.story.helper_name() or f"{spec.family}_reference"
+    if writer.rng.random() < 0.3:
+        name = f"_{name}"
+    if name in taken:
+        return "", forward
+    signature = _forward_signature(params, spec, writer, "torch.Tensor").replace("forward(self, ", f"{name}(", 1)
+    doc = ""
+    if writer.rng.random() < 0.4:
+        doc = f'    """{_sentence(writer.story.words["action"])}"""\n'
+    return f"def {signature}:\n{doc}{_indent(forward, 4)}\n", f"return {name}({', '.join(params)})"
 
 
 def _input_shapes(spec) -> list[str]:
@@ -562,16 +732,16 @@ def _input_shapes(spec) -> list[str]:
     return out
 
 
-def _comment_lines(body: str, writer: ProblemWriter) -> str:
-    """Now and then a comment above a forward line, about what the line does."""
+def _comment_lines(body: str, writer: ProblemWriter, comments: dict[str, list[str]] = LINE_COMMENTS) -> str:
+    """Now and then a comment above a line (of the forward, or the constructor), about what the line does."""
     if writer.line_comments <= 0:
         return body
     out = []
     for line in body.split("\n"):
         if line.strip() and not line.lstrip().startswith("#") and writer.rng.random() < writer.line_comments:
-            hits = [key for key in LINE_COMMENTS if key in line]
+            hits = [key for key in comments if key in line]
             if hits:
-                comment = writer.rng.choice(LINE_COMMENTS[writer.rng.choice(hits)])
+                comment = writer.rng.choice(comments[writer.rng.choice(hits)])
                 indent = line[:len(line) - len(line.lstrip())]
                 if writer.rng.random() < 0.5 and len(line) < 70:
                     line = f"{line}  {comment}"
@@ -583,11 +753,14 @@ def _comment_lines(body: str, writer: ProblemWriter) -> str:
 
 def _forward_doc(spec, params: list[str], writer: ProblemWriter) -> str:
     r = writer.rng
-    lines = ["Args:"]
+    entries = []
     for canonical, name in zip(spec.forward_params, params):
         what = r.choice(ARG_DESCRIPTIONS.get(canonical, ARG_DESCRIPTIONS["default"]))
-        lines.append(f"    {name}: {what}.")
-    lines += ["", "Returns:", f"    {r.choice(RETURNS_DESCRIPTIONS)}."]
+        if canonical == "x" and writer.story.role and r.random() < 0.5:
+            what = writer.story.argument()
+        entries.append((name, "torch.Tensor", f"{what}."))
+    lines = _doc_section("args", entries, writer) + [""]
+    lines += _doc_section("returns", [("", "torch.Tensor", f"{r.choice(RETURNS_DESCRIPTIONS)}.")], writer)
     body = "\n".join(("        " + line) if line else "" for line in lines)
     return f'        """{_sentence(spec.doc)}\n\n{body}\n        """\n'
 
@@ -625,21 +798,29 @@ def _used_constants(exprs: list[str], constants: dict) -> list[str]:
     return [c for c in constants if c in used]
 
 
-def _get_inputs(inputs: list[str], constants: dict, const_names: dict, writer: ProblemWriter) -> str:
+def _get_inputs(inputs: list[str], constants: dict, const_names: dict, writer: ProblemWriter,
+                comment: str | None, params: list[str]) -> str:
+    """get_inputs(), with `comment` (what the inputs stand for) above its first line when given; inputs bound to
+    local names are now and then named like the forward's parameters."""
+    body = [comment] if comment else []
+    if writer.rng.random() < 0.15:
+        body.insert(0, f'"""{writer.story.inputs_doc()}"""')
     if writer.sizes == "inline":
         literal = {k: repr(v) for k, v in constants.items()}
         inputs = [rename_python(e, literal) for e in inputs]
         if len(inputs) > 1 or writer.rng.random() < 0.5:
-            return _function("get_inputs", [f"return [{', '.join(inputs)}]"], writer, "list")
-    body = []
+            return _function("get_inputs", body + [f"return [{', '.join(inputs)}]"], writer, "list")
     if writer.sizes == "locals":
         used = _used_constants(inputs, constants)
         local = {c: const_names[c].lower() for c in used}
-        body += [f"{local[c]} = {constants[c]!r}" for c in used]
+        body += [f"{local[c]} = {constants[c]!r}{_size_comment(c, writer)}" for c in used]
         inputs = [rename_python(e, local) for e in inputs]
     if writer.rng.random() < 0.4 and len(inputs) <= 3:
-        taken = {n for e in inputs for n in _python_names(e)} | {line.split(" = ")[0] for line in body}
+        taken = {n for e in inputs for n in _python_names(e)} | {line.split(" = ")[0] for line in body
+                                                                 if not line.startswith("#")}
         names = [n for n in ("x", "y", "z", "inp", "a", "b", "t0", "t1", "t2") if n not in taken][:len(inputs)]
+        if len(params) == len(inputs) and not taken & set(params) and writer.rng.random() < 0.5:
+            names = params
         body += [f"{n} = {e}" for n, e in zip(names, inputs)] + [f"return [{', '.join(names)}]"]
     else:
         body.append(f"return [{', '.join(inputs)}]")
@@ -661,5 +842,4 @@ def _get_init_inputs(exprs: list[str], constants: dict, const_names: dict, write
 
 
 def _indent(code: str, spaces: int) -> str:
-    import textwrap
     return textwrap.indent(textwrap.dedent(code).strip("\n"), " " * spaces)
