@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dice_copilot.validator.static_checks import FINDING_CODES, Finding, check_static
+from dice_copilot.validator.static_checks import FINDING_CODES, Finding, check_static, reference_uses_low_precision
 
 # A minimal honest candidate; tests swap in pieces through the @MARKERS@.
 TEMPLATE = '''\
@@ -647,6 +647,23 @@ def test_reduced_precision_is_not_flagged_for_a_half_precision_task():
     reference = REFERENCE.replace("torch.rand(16, 16)", "torch.rand(16, 16, dtype=torch.float16)")
     source = candidate(forward="return ext.scale_forward(x.half())")
     assert "precision_downgrade" not in flags(source, "strict", reference)
+
+
+def test_a_name_or_a_docstring_saying_half_leaves_an_fp32_task_fp32():
+    reference = REFERENCE.replace("    def forward(self, x):\n        return x * 2", '''    def forward(self, x):
+        """Rotate half of the features (as rotary embeddings do)."""
+        half = x.shape[-1] // 2
+        return torch.cat([-x[..., half:], x[..., :half]], dim=-1)''')
+    assert "half" in reference and not reference_uses_low_precision(reference)
+    source = candidate(forward="return ext.scale_forward(x.half()).float()")
+    assert "precision_downgrade" in flags(source, "strict", reference)
+
+
+@pytest.mark.parametrize("spelling", ["x.half()", "x.to(torch.bfloat16)", 'x.to(dtype="float16")',
+                                      "x.to(torch.float8_e4m3fn)"])
+def test_a_reference_computing_in_low_precision_is_read_so(spelling):
+    reference = REFERENCE.replace("return x * 2", f"return ({spelling} * 2).float()")
+    assert reference_uses_low_precision(reference)
 
 
 def test_fast_math_is_flagged():

@@ -74,7 +74,7 @@ def check_static(candidate_source: str, policy: str, reference_source: str | Non
     if policy not in POLICIES:
         raise ValueError(f"unknown validation policy {policy!r}: use one of {', '.join(POLICIES)}")
     report = _Report()
-    fp32_task = reference_source is None or not _LOW_PRECISION_REFERENCE.search(reference_source)
+    fp32_task = reference_source is None or not reference_uses_low_precision(reference_source)
     tree = None  # a .cu file is never read as Python (one of preprocessor lines only would parse: comments)
     if not cuda_file:
         try:
@@ -102,6 +102,24 @@ def check_static(candidate_source: str, policy: str, reference_source: str | Non
 
 
 _LOW_PRECISION_REFERENCE = re.compile(r"float16|bfloat16|\.half\(\)|\bhalf\b|\.bfloat16\(\)|float8")
+_LOW_PRECISION_NAMES = {"float16", "half", "bfloat16", "fp16", "bf16"}
+
+
+def reference_uses_low_precision(reference_source: str) -> bool:
+    """Whether the reference computes in a half-precision (or float8) dtype: `torch.float16`, `x.half()`,
+    `dtype="bfloat16"`... in its code. Names and prose do not count: `half = d // 2` in a rotary embedding or
+    "rotate half" in a docstring leave an fp32 task fp32. A reference that does not parse is read as text."""
+    try:
+        tree = ast.parse(reference_source)
+    except SyntaxError:
+        return _LOW_PRECISION_REFERENCE.search(reference_source) is not None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and (node.attr in _LOW_PRECISION_NAMES or node.attr.startswith("float8")):
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value in _LOW_PRECISION_NAMES or node.value.startswith("float8")):
+            return True
+    return False
 
 # Top-level modules a strict candidate may import; everything else is refused (it could be the reference module).
 _STRICT_IMPORTS = {
