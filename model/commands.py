@@ -14,7 +14,6 @@ output unchecked. Decoding settings are the flags, else the checkpoint's generat
 defaults (model/decoding.py: choose_decoding).
 """
 
-import argparse
 import contextlib
 import json
 import os
