@@ -94,7 +94,7 @@ class Channel:
 
     def phase(self, name: str, budget_s: float, stage: Stage = Stage.CORRECT) -> None:
         self.stage, self.current = stage, (name, budget_s, stage)
-        write_message(self.write_fd, {"event": "phase", "phase": name, "budget_s": budget_s, "stage": stage})
+        self.send({"event": "phase", "phase": name, "budget_s": budget_s, "stage": stage})
 
     def resume(self, phase: tuple[str, float, Stage] | None) -> None:
         """Announce a phase again, with a fresh budget (after a build that interrupted it)."""
@@ -924,9 +924,6 @@ def get_init_inputs():
 class _SilentChannel(Channel):
     def __init__(self):
         super().__init__(-1, -1)
-
-    def phase(self, name: str, budget_s: float, stage: Stage = Stage.CORRECT) -> None:
-        self.stage, self.current = stage, (name, budget_s, stage)
 
     def send(self, obj) -> None:
         pass
