@@ -215,13 +215,11 @@ def choose_generate_decoding(args, checkpoint_defaults: dict, on_cpu: bool) -> d
     return chosen
 
 
-def validate_candidates(codes: list[str | None], reference: tuple[str, Path | None], args) -> list:
-    """Each candidate module's Verdict against the reference (None where no code came out), as `dice-copilot
-    validate` judges it; all compiled at once, run one by one on the GPU."""
-    from dice_copilot.validator import Candidate, FailureCode, InputError, Problem, ValidatorPool, Verdict
+def validate_candidates(codes: list[str | None], problem, args) -> list:
+    """Each candidate module's Verdict against the reference `problem` (None where no code came out), as
+    `dice-copilot validate` judges it; all compiled at once, run one by one on the GPU."""
+    from dice_copilot.validator import Candidate, FailureCode, InputError, ValidatorPool, Verdict
 
-    source, path = reference
-    problem = Problem.from_source(source, path=path)
     candidate_path = args.file if args.mode == "infill" else None  # a .cu skeleton makes a .cu candidate
     verdicts, items, where = [None] * len(codes), [], []
     for index, code in enumerate(codes):
@@ -278,9 +276,9 @@ def _report_validated(codes: list, verdicts: list, shown: int | None, policy: st
     print(codes[shown])
 
 
-def build_prompt(args) -> tuple[str, str, tuple[str, str] | None, tuple[str, Path | None] | None]:
-    """(mode, prompt text, (prefix, suffix) for infill, (source, path) of the PyTorch reference the answer is
-    validated against: None in raw mode) from the command-line arguments; UsageError when the input cannot make a
+def build_prompt(args) -> tuple:
+    """(mode, prompt text, (prefix, suffix) for infill, the PyTorch reference the answer is validated against: a
+    validator Problem, None in raw mode) from the command-line arguments; UsageError when the input cannot make a
     prompt the mode needs."""
     mode = args.mode or ("e2e" if args.module else "raw")
     if args.module and mode != "e2e":
@@ -295,8 +293,7 @@ def build_prompt(args) -> tuple[str, str, tuple[str, str] | None, tuple[str, Pat
     if mode == "raw":
         return mode, text, None, None
     if mode == "e2e":
-        _check_reference(text, path)
-        return mode, end_to_end_prompt(text), None, (text, path)
+        return mode, end_to_end_prompt(text), None, _checked_reference(text, path)
     if args.reference is None:
         raise UsageError("--mode infill needs --reference FILE.py, the PyTorch module the skeleton implements")
     if text.count(args.fill_marker) != 1:
@@ -304,10 +301,9 @@ def build_prompt(args) -> tuple[str, str, tuple[str, str] | None, tuple[str, Pat
             f"--mode infill needs exactly one {args.fill_marker} marker in the skeleton where the code goes "
             f"(found {text.count(args.fill_marker)})"
         )
-    reference = _read_text(args.reference, "reference module")
-    _check_reference(reference, args.reference)
+    reference = _checked_reference(_read_text(args.reference, "reference module"), args.reference)
     prefix, suffix = text.split(args.fill_marker)
-    return mode, infill_prompt(reference, prefix, suffix), (prefix, suffix), (reference, args.reference)
+    return mode, infill_prompt(reference.source, prefix, suffix), (prefix, suffix), reference
 
 
 def _read_text(path: Path, what: str) -> str:
@@ -319,13 +315,13 @@ def _read_text(path: Path, what: str) -> str:
         raise UsageError(f"cannot read {what} {path}: {err}")
 
 
-def _check_reference(source: str, path: Path | None) -> None:
-    """The PyTorch module must be one `dice-copilot validate` would accept as a reference, or what comes back
-    cannot be checked against it."""
+def _checked_reference(source: str, path: Path | None):
+    """The PyTorch module as a validator Problem: it must be one `dice-copilot validate` would accept as a
+    reference, or what comes back cannot be checked against it."""
     from dice_copilot.validator.problem import InputError, Problem
 
     try:
-        Problem.from_source(source, path=path)
+        return Problem.from_source(source, path=path)
     except InputError as err:
         raise UsageError(str(err)) from None
 

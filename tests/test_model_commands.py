@@ -57,7 +57,8 @@ def files(tmp_path):
 
 def test_module_builds_the_dice_end_to_end_prompt(files):
     mode, prompt, skeleton, reference = build_prompt(parse("--module", str(files / "model.py")))
-    assert (mode, prompt, skeleton, reference) == ("e2e", end_to_end_prompt(MODULE), None, (MODULE, files / "model.py"))
+    assert (mode, prompt, skeleton) == ("e2e", end_to_end_prompt(MODULE), None)
+    assert (reference.source, reference.path, reference.class_name) == (MODULE, str(files / "model.py"), "Model")
 
 
 def test_raw_mode_sends_the_text_unchanged():
