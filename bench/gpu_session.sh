@@ -25,6 +25,10 @@
 #   rl-rows       bench/rl_trace_rows.py: TraceRL rows packed vs one a round, forward + backward per response, by
 #                 default at the DICE-1.7B shape (1,500-token prompt, 4,096-token response)
 #   cuke          bench/cuke_build.py on a 600-pair sample (issue 6): throughput and stage breakdown
+#   recipe        the dice-tiny recipe's stages for the part's time (`dice-copilot train recipe --max-minutes`, issue 32),
+#                 e.g. `recipe --until sft`; stops in time and continues where it stopped in the next command (exit 4:
+#                 not finished); hands back the recipe's progress log, and `recipe-pack STAGE` packs that stage's
+#                 checkpoint into $OUT as 15 MB parts (README.md of the recipe says how to carry it on)
 #   cuke-corpus   bench/cuke_build.py on the whole built-in corpus at --scale 2.5, resuming from the committed
 #                 bench/cuke_progress.jsonl.xz; commit the returned cuke_progress.jsonl.xz in its place
 set -uo pipefail
@@ -74,6 +78,13 @@ case "$part" in
                       --responses 2 --out "$out/$tag.json" "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
     cuke)         timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \
                       --limit 600 --max-seconds $((limit - 110)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40 ;;
+    recipe)       timeout "$limit" python3 -m dice_copilot.cli train recipe trainer/recipes/dice-tiny \
+                      --work runs/dice-tiny --max-minutes $(((limit - 45) / 60)) "$@" 2>&1 | tee "$out/$tag.log" | tail -40
+                  tail -n 2 runs/dice-tiny/*/metrics.jsonl  # each stage's last steps: loss, tokens per second
+                  cp trainer/recipes/dice-tiny/progress.json trainer/recipes/dice-tiny/PROGRESS.md "$out/" ;;
+    recipe-pack)  stage=${1:?usage: recipe-pack STAGE}
+                  tar -cf - -C runs/dice-tiny "$stage/checkpoint" "$stage/stage.json" | split -b 15M - "$out/$stage.tar."
+                  ls -la "$out" ;;
     cuke-corpus)  timeout "$limit" python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" \
                       --scale 2.5 --progress bench/cuke_progress.jsonl.xz --max-seconds $((limit - 120)) "$@" 2>&1 \
                       | tr '\r' '\n' | tee "$out/$tag.log" | tail -40

@@ -45,7 +45,9 @@ DEFAULT_CANDIDATES = 8
 GPU_MAX_NEW_TOKENS, CPU_MAX_NEW_TOKENS = 2048, 128
 COMPILE_ONLY_NOTE = ("compile-only mode: no CUDA device, so kernels are compiled but not run; 'validated' means it "
                      "compiles, and correct rate and fast_1 are not measured")
-HEADLINE = ("compile_rate", "correct_rate", "fast_1", "best_of_n", "infill_validated", "infill_p50_s",
+# `problems` is recorded with the rates: a --limit run's scores are of fewer problems, and compare only with runs of as
+# many.
+HEADLINE = ("problems", "compile_rate", "correct_rate", "fast_1", "best_of_n", "infill_validated", "infill_p50_s",
             "infill_p95_s")
 
 
@@ -324,6 +326,7 @@ def score_set(evaluated: EvalSet, generate, pool, budget, compile_only: bool) ->
     verdicts = _validate(pool, budget, [(p.reference, extract_first_code(g.text)) for p, g in zip(problems, greedy)])
     correct = [_correct(v, compile_only) for v in verdicts]
     scores = {
+        "problems": n,
         "compile_rate": sum(_compiled(v) for v in verdicts) / n,
         "correct_rate": None if compile_only else sum(correct) / n,
         "fast_1": None if compile_only else sum(c and (v.speedup or 0) > 1 for c, v in zip(correct, verdicts)) / n,

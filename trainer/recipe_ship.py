@@ -29,6 +29,8 @@ from .recipe import CHECKPOINT, PROGRESS_JSON, Recipe, RecipeError, RecipeRunner
 SCORES_SOURCE = "model_eval (full)"
 # The scores compared, most important first (bench/model_eval.py records them as SET.METRIC).
 RANKING = ("cuke_heldout.correct_rate", "cuke_heldout.compile_rate")
+# How many held-out problems they were measured on (bench/model_eval.py --limit scores fewer).
+PROBLEMS = "cuke_heldout.problems"
 # The recipe's data entry those scores are measured on: its sha256 says whether two cards' scores compare.
 HELDOUT_DATA = "cuke_heldout"
 # The model card's metadata key holding the scores it was shipped by.
@@ -155,6 +157,11 @@ def _refuse_unless_beaten(dest: Path, spec: StageSpec, shipped_by: dict, force: 
         raise RecipeError(f"the checkpoint at {dest} was scored by {old.get('source')!r} on the held-out set with "
                           f"sha256 {old.get('heldout_sha256')}, stage {spec.name} by {shipped_by['source']!r} on "
                           f"{shipped_by['heldout_sha256']}: the scores do not compare; pass --force to replace it")
+    problems = [s.get(PROBLEMS) for s in (shipped_by["scores"], old_scores)]
+    if problems[0] != problems[1]:
+        raise RecipeError(f"stage {spec.name} was scored on {problems[0]} CuKe held-out problems, the checkpoint at "
+                          f"{dest} on {problems[1]} (a --limit run): the scores do not compare; score both on the "
+                          f"same problems, or pass --force to replace it")
     if not beats(shipped_by["scores"], old_scores):
         shown = " vs ".join(", ".join(f"{n} {s[n]:.4g}" for n in RANKING) for s in (shipped_by["scores"], old_scores))
         raise RecipeError(f"stage {spec.name} does not beat the checkpoint at {dest} on the held-out scores ({shown}): "

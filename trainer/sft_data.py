@@ -92,10 +92,21 @@ def _render_messages(messages, where: str) -> tuple[str, str]:
 
 def tokenize_sample(prompt: str, response: str, tokenizer, block_size: int, pad_token_id: int) -> SFTSample:
     """Encode prompt and response separately (as the engine sees the prompt alone) and pad to whole blocks."""
-    prompt_ids = tokenizer.encode(prompt) if prompt else []
-    ids = prompt_ids + tokenizer.encode(response)
-    ids += [pad_token_id] * (-len(ids) % block_size)
-    return SFTSample(tuple(ids), len(prompt_ids))
+    return tokenize_samples([(prompt, response)], tokenizer, block_size, pad_token_id)[0]
+
+
+def tokenize_samples(pairs: Sequence[tuple[str, str]], tokenizer, block_size: int,
+                     pad_token_id: int) -> list[SFTSample]:
+    """`tokenize_sample` of many (prompt, response) pairs in two batch calls (the tokenizer's threads share them)."""
+    prompts = tokenizer.encode_batch([prompt for prompt, _ in pairs])
+    responses = tokenizer.encode_batch([response for _, response in pairs])
+    samples = []
+    for (prompt, _), prompt_ids, response_ids in zip(pairs, prompts, responses):
+        prompt_ids = prompt_ids if prompt else []
+        ids = prompt_ids + response_ids
+        ids += [pad_token_id] * (-len(ids) % block_size)
+        samples.append(SFTSample(tuple(ids), len(prompt_ids)))
+    return samples
 
 
 def check_train_files(files: Sequence[str | Path]) -> None:
@@ -107,6 +118,10 @@ def check_train_files(files: Sequence[str | Path]) -> None:
             raise SFTDataError(f"training file {path} does not exist")
 
 
+# Records tokenized per batch call: enough to keep the tokenizer's threads busy, few enough to bound the memory.
+_TOKENIZE_BATCH = 1024
+
+
 def load_sft_samples(
     files: Sequence[str | Path], tokenizer, block_size: int, pad_token_id: int, seq_len: int
 ) -> tuple[list[SFTSample], SFTDataStats]:
@@ -114,14 +129,24 @@ def load_sft_samples(
     check_train_files(files)
     samples: list[SFTSample] = []
     records = dropped = 0
-    for path in map(Path, files):
-        for where, record in json_objects(path, SFTDataError):
-            records += 1
-            sample = tokenize_sample(*render_record(record, where), tokenizer, block_size, pad_token_id)
+
+    def keep(pairs):
+        nonlocal dropped
+        for sample in tokenize_samples(pairs, tokenizer, block_size, pad_token_id):
             if len(sample.token_ids) > seq_len or sample.answer_tokens == 0:
                 dropped += 1
             else:
                 samples.append(sample)
+
+    pending: list[tuple[str, str]] = []
+    for path in map(Path, files):
+        for where, record in json_objects(path, SFTDataError):
+            records += 1
+            pending.append(render_record(record, where))
+            if len(pending) == _TOKENIZE_BATCH:
+                keep(pending)
+                pending = []
+    keep(pending)
     if not samples:
         raise SFTDataError(
             f"no usable samples in {[str(f) for f in files]}: {records} records, {dropped} longer than "
