@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if compile_only:
         print(f"model_eval: {COMPILE_ONLY_NOTE}", file=sys.stderr)
     budget = Budget(timing=not compile_only, compile_timeout_s=args.compile_timeout_s)
+    answers = []  # every greedy answer, for --dump
     columns = {"ours": args.checkpoint} if args.no_baseline else {"ours": args.checkpoint, "baseline": args.baseline}
     report = {"mode": "compile-only" if compile_only else "full", "device": _device_name(device),
               "sets": {s.name: {"problems": len(s.problems), "infill_requests": s.infill_requests} for s in sets},
@@ -80,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         for column, checkpoint in columns.items():
             generator = EngineGenerator(checkpoint, device, decoding_flags(args))
             print(f"model_eval: {column} = {checkpoint} ({generator.decoding.describe()})", file=sys.stderr)
-            scores = {s.name: score_set(s, generator, pool, budget, compile_only) for s in sets}
+            scores = {s.name: score_set(s, generator, pool, budget, compile_only, answers) for s in sets}
+            for answer in answers:
+                answer.setdefault("column", column)
             report["columns"][column] = {"checkpoint": str(checkpoint), "untrained": generator.untrained,
                                          "decoding": asdict(generator.decoding), "scores": scores}
             if column == "ours" and args.write_defaults:
@@ -94,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
+    if args.dump is not None:
+        args.dump.parent.mkdir(parents=True, exist_ok=True)
+        args.dump.write_text("".join(json.dumps(answer) + "\n" for answer in answers))
     if args.record is not None:
         record_in_recipe(args.record, report)
     return 0
@@ -131,6 +137,9 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--device", help="torch device (default: cuda when present, else cpu)")
     parser.add_argument("--compile-timeout-s", type=float, default=180.0, help="per build")
     parser.add_argument("--out", type=Path, help="write the report as JSON here")
+    parser.add_argument("--dump", type=Path, metavar="FILE",
+                        help="write every greedy end-to-end answer with its verdict here, one JSON object a line (what "
+                             "the model writes, for reading its failures)")
     parser.add_argument("--write-defaults", action="store_true",
                         help="write the decoding settings used into --checkpoint's generation_config.json")
     parser.add_argument("--record", metavar="RECIPE_DIR:STAGE",
@@ -314,9 +323,10 @@ class EngineGenerator:
 # --- scoring --------------------------------------------------------------------------------------------------------
 
 
-def score_set(evaluated: EvalSet, generate, pool, budget, compile_only: bool) -> dict:
+def score_set(evaluated: EvalSet, generate, pool, budget, compile_only: bool, answers: list | None = None) -> dict:
     """The set's scores for one generator: `generate(prompts, n, sample) -> [[Generation]]` with its `decoding` (see
-    EngineGenerator). Only the greedy answers are timed (for fast_1); candidates are judged on correctness."""
+    EngineGenerator). Only the greedy answers are timed (for fast_1); candidates are judged on correctness. Each
+    greedy answer with its verdict is appended to `answers` when given."""
     from dice_copilot.model.prompts import end_to_end_prompt, extract_first_code, infill_prompt, splice_infill
 
     problems = evaluated.problems
@@ -325,6 +335,9 @@ def score_set(evaluated: EvalSet, generate, pool, budget, compile_only: bool) ->
     greedy = [group[0] for group in generate(prompts, 1, False)]
     verdicts = _validate(pool, budget, [(p.reference, extract_first_code(g.text)) for p, g in zip(problems, greedy)])
     correct = [_correct(v, compile_only) for v in verdicts]
+    if answers is not None:
+        answers += [{"set": evaluated.name, "problem": p.name, "answer": g.text, "compiled": _compiled(v), "correct": c, "verdict": v.summary()}
+                    for p, g, v, c in zip(problems, greedy, verdicts, correct)]
     scores = {
         "problems": n,
         "compile_rate": sum(_compiled(v) for v in verdicts) / n,

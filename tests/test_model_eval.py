@@ -138,8 +138,14 @@ def test_scores_count_what_the_validator_passes(tmp_path):
         ("add_one", "add_one_kernel"), ("scale", "triple_kernel"), ("scale", "minus_one_kernel")]
     generate = Scripted(module, candidates=2)
     with ValidatorPool() as pool:
-        scores = module.score_set(evaluated, generate, pool, Budget(timing=False), compile_only=not pool.has_gpu)
+        answers = []
+        scores = module.score_set(evaluated, generate, pool, Budget(timing=False), compile_only=not pool.has_gpu,
+                                  answers=answers)
     assert scores["compile_rate"] == 0.5 and scores["best_of_n"] == 0.5
+    # What --dump writes: each greedy answer with its verdict.
+    assert [(a["problem"], a["compiled"], a["answer"] == "no idea") for a in answers] == [
+        ("add_one", True, False), ("scale", False, True)]
+    assert "no code in the answer" in answers[1]["verdict"]
     # add_one's infill answer is its whole solution: spliced into the blanked body, it compiles; scale's prose does
     # not fill a hole.
     assert scores["infill_validated"] == pytest.approx(1 / 3)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_helpers import PREFIX, REFERENCE, SUFFIX, short_tasks, tiny_rl_config
+from rl_helpers import MIDDLE, PREFIX, REFERENCE, SUFFIX, short_tasks, tiny_rl_config
 from sft_helpers import kernel_source, make_tokenizer, records, tiny_sft_config, write_jsonl
 from safetensors import safe_open
 
@@ -87,7 +87,8 @@ def write_toy_data(data: Path) -> None:
     write_jsonl(data / "corpus" / "manifest.jsonl", [{"file": f"toy{i}.cu", "licence": "MIT"} for i in range(8)])
     write_jsonl(data / "cuke" / "sft.jsonl", records())
     task = {"pytorch_code": REFERENCE, "prefix": PREFIX, "suffix": SUFFIX}
-    write_jsonl(data / "cuke" / "infill_tasks.jsonl", [{"id": f"add{i}", **task} for i in range(3)])
+    # As CuKe writes them: with the middle, which SFT trains on (RL asks for it).
+    write_jsonl(data / "cuke" / "infill_tasks.jsonl", [{"id": f"add{i}", **task, "middle": MIDDLE} for i in range(3)])
     write_jsonl(data / "cuke" / "e2e_tasks.jsonl", [{"id": f"add{i}", "pytorch_code": REFERENCE} for i in range(3)])
     write_jsonl(data / "cuke" / "eval_heldout.jsonl", [{"id": "held", **task, "middle": ""}])
 
@@ -349,14 +350,14 @@ def finished(finished_toy, tmp_path):
     return tuple(Path(shutil.copytree(path, tmp_path / path.name)) for path in finished_toy)
 
 
-def record_scores(folder: Path, stage: str, correct_rate: float, compile_rate: float) -> None:
+def record_scores(folder: Path, stage: str, correct_rate: float, compile_rate: float, problems: int = 1) -> None:
     """Held-out scores of a stage as bench/model_eval.py --record writes them after a run on a GPU."""
     spec = importlib.util.spec_from_file_location("model_eval", REPO / "bench" / "model_eval.py")
     model_eval = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = model_eval  # its dataclasses look their module up
     spec.loader.exec_module(model_eval)
-    scores = {"compile_rate": compile_rate, "correct_rate": correct_rate, "fast_1": 0.0, "best_of_n": correct_rate,
-              "tokens_per_forward": 1.5}
+    scores = {"problems": problems, "compile_rate": compile_rate, "correct_rate": correct_rate, "fast_1": 0.0,
+              "best_of_n": correct_rate, "tokens_per_forward": 1.5}
     model_eval.record_in_recipe(f"{folder}:{stage}", {"mode": "full", "columns": {"ours": {"scores": {
         "cuke_heldout": scores}}}})
 
@@ -422,6 +423,12 @@ def test_ship_replaces_only_a_checkpoint_its_scores_beat(finished, tmp_path, cap
     assert model_card_metadata(dest)["dice_copilot_heldout"]["scores"]["cuke_heldout.correct_rate"] == 0.2
     record_scores(folder, "rl-e2e", 0.2, 0.95)  # an equal correct rate, a higher compile rate
     assert ship(folder, work, str(dest)) == 0
+    # Better scores, but of another number of problems (a --limit run): they do not compare.
+    shipped = (dest / "README.md").read_text()
+    record_scores(folder, "rl-e2e", 0.5, 0.9, problems=2)
+    assert ship(folder, work, str(dest)) == 2
+    assert "scored on 2 CuKe held-out problems" in capsys.readouterr().err
+    assert (dest / "README.md").read_text() == shipped
 
     # A trained checkpoint whose card records no scores cannot be compared.
     (dest / "README.md").write_text("# some trained model\n")
@@ -596,3 +603,15 @@ def test_recipe_help_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip().endswith("False"), done.stderr
     assert recipe_module.EXIT_OUT_OF_TIME == 4
+
+
+def test_the_card_says_when_its_scores_are_of_part_of_the_held_out_set():
+    from dice_copilot.trainer.recipe_ship import _coverage, _misses
+
+    part = _coverage({"cuke_heldout.problems": 32}, 453)
+    assert "first 32 of 453 problems" in part and "easiest" in part
+    assert _coverage({"cuke_heldout.problems": 453}, 453) == ", 453 problems"
+    misses = _misses({"cuke_heldout.problems": 32, "cuke_heldout.correct_rate": 0.75, "user_style.problems": 40,
+                      "user_style.correct_rate": 0.0})
+    assert "cuke_heldout set (32 problems measured) 25.0%" in misses
+    assert "user_style set (40 problems measured) 100.0%" in misses

@@ -45,6 +45,21 @@ def test_messages_and_text_records():
         render_record({"messages": [{"role": "user", "content": "hi"}]}, "x")
 
 
+def test_an_infill_task_renders_as_the_infill_prompt_and_the_whole_file_the_splice_cuts_its_middle_from():
+    from dice_copilot.model.prompts import infill_prompt, splice_infill
+
+    prefix, suffix = "import torch\n\n", "\nmod = load_inline(name='m', cuda_sources=src)\nclass ModelNew: pass\n"
+    middle = 'src = r"""__global__ void k(float* y) { y[threadIdx.x] = 1.f; }"""\n'
+    task = {"id": "t", "pytorch_code": "class Model: pass\n", "cuda_code": prefix + middle + suffix,
+            "prefix": prefix, "middle": middle, "suffix": suffix}
+    prompt, response = render_record(task, "x")
+    assert prompt == infill_prompt(task["pytorch_code"], prefix, suffix)
+    assert response.startswith("```python\n") and response.endswith("```<|im_end|>\n")
+    assert splice_infill(prefix, suffix, response.removesuffix("<|im_end|>\n")).strip() == middle.strip()
+    with pytest.raises(SFTDataError, match="must be strings"):
+        render_record({**task, "middle": None}, "x")
+
+
 def test_loading_drops_samples_longer_than_seq_len_and_reports_bad_lines(tmp_path, tokenizer):
     long_record = {"prompt": prompt_for("relu"), "response": kernel_source("relu") * 20}
     path = write_jsonl(tmp_path / "d.jsonl", records() + [long_record])

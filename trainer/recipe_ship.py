@@ -59,7 +59,8 @@ def ship(recipe: Recipe, work: Path, data_root: Path, dest_name: str, stage: str
     try:
         model, tokenizer = load(checkpoint, dtype="bfloat16")
         decoding = read_decoding_defaults(checkpoint)
-        card = model_card(recipe, runner.log.data, spec, model.config, tokenizer.vocab_size, decoding, shipped_by)
+        card = model_card(recipe, runner.log.data, spec, model.config, tokenizer.vocab_size, decoding, shipped_by,
+                          _heldout_rows(recipe, data_root))
         extra = {MODEL_CARD_FILE: card}
         if (checkpoint / GENERATION_CONFIG_FILE).is_file():  # the decoding defaults measured for it
             extra[GENERATION_CONFIG_FILE] = (checkpoint / GENERATION_CONFIG_FILE).read_text(encoding="utf-8")
@@ -120,6 +121,15 @@ def _recorded_scores(recipe: Recipe, spec: StageSpec, record: dict, checkpoint: 
                       f"{' and '.join(RANKING)} from {SCORES_SOURCE!r} for it{others}. Measure them on a machine with "
                       f"a GPU (a compile-only run measures no exec@1): python3 bench/model_eval.py --checkpoint "
                       f"{checkpoint} --cuke-heldout {heldout} --record {recipe.folder}:{spec.name} [--write-defaults]")
+
+
+def _heldout_rows(recipe: Recipe, data_root: Path) -> int | None:
+    """How many problems the CuKe held-out file holds (None when it is not on this machine)."""
+    path = data_root / recipe.data[HELDOUT_DATA].path if HELDOUT_DATA in recipe.data else None
+    if path is None or not path.is_file():
+        return None
+    with path.open(encoding="utf-8") as rows:
+        return sum(1 for line in rows if line.strip())
 
 
 def _heldout_sha256(recipe: Recipe) -> str | None:
@@ -183,10 +193,10 @@ def _check_sizes(recipe: Recipe, folder: Path) -> None:
 
 
 def model_card(recipe: Recipe, progress: dict, spec: StageSpec, config, tokens: int, decoding: dict,
-               shipped_by: dict) -> str:
+               shipped_by: dict, heldout_rows: int | None = None) -> str:
     """README.md of the shipped checkpoint: YAML metadata (with the scores it was shipped by), then what the model is,
     how it was made, how it scores, what it cannot do and what to use instead. Figures come from `progress` (the
-    recipe's log), the recipe and the checkpoint's `config` only."""
+    recipe's log), the recipe, the checkpoint's `config` and `heldout_rows` (the CuKe held-out file's size) only."""
     stages = _lineage(recipe, spec)
     records = {s.name: progress["stages"].get(s.name, {}) for s in stages}
     runs = [run for r in records.values() for run in r.get("runs", [])]
@@ -211,7 +221,7 @@ def model_card(recipe: Recipe, progress: dict, spec: StageSpec, config, tokens: 
              f"decoding defaults below and the strict validator; `correct_rate` is exec@1 (one greedy answer per "
              f"problem), `compile_rate` the share that compiles, `fast_1` correct and faster than PyTorch. The "
              f"CuKe held-out set is `{recipe.data[HELDOUT_DATA].path if HELDOUT_DATA in recipe.data else '-'}` "
-             f"(sha256 `{shipped_by['heldout_sha256'] or 'not pinned'}`).", "",
+             f"(sha256 `{shipped_by['heldout_sha256'] or 'not pinned'}`){_coverage(scores, heldout_rows)}.", "",
              "| metric | score |", "| --- | ---: |"]
     lines += [f"| {name} | {_number(value)} |" for name, value in scores.items()]
     lines += ["", f"A checkpoint replaces this one only when it beats it: a higher `{RANKING[0]}`, or an equal one and "
@@ -269,9 +279,8 @@ def model_card(recipe: Recipe, progress: dict, spec: StageSpec, config, tokens: 
     about = "; ".join(f"{name}: {recipe.data[name].about}" for name in trained_on if recipe.data[name].about)
     lines += ["", "## What it cannot do", "",
               f"- It is small: {config.num_parameters / 1e6:.1f} M parameters, trained for {gpu_minutes} GPU minutes. "
-              f"On CuKe's held-out set {1 - scores[RANKING[0]]:.1%} of the problems get no correct greedy "
-              f"answer. The copilot shows only suggestions that pass its validator, so with this model many requests "
-              f"get none.",
+              f"{_misses(scores)} The copilot shows only suggestions that pass its validator, so with this model "
+              f"many requests get none.",
               f"- It knows only what it was trained on: {about or ', '.join(trained_on)}. Other kinds of kernels, other "
               f"languages, explanations and chat are outside it.",
               f"- It reads at most {config.max_position_embeddings:,} positions (prompt and answer).",
@@ -290,6 +299,23 @@ def model_card(recipe: Recipe, progress: dict, spec: StageSpec, config, tokens: 
               "`DeadlyKitt3n/DICE-1.7B`). The larger models want a GPU (`--device cuda`, the default where there is "
               "one)."]
     return "\n".join(lines) + "\n"
+
+
+def _coverage(scores: dict, heldout_rows: int | None) -> str:
+    """Whether the CuKe scores are of the whole held-out file or of its first problems (a --limit run)."""
+    measured = scores.get(PROBLEMS)
+    if not isinstance(measured, int) or heldout_rows is None or measured >= heldout_rows:
+        return f", {measured} problems" if isinstance(measured, int) else ""
+    return (f"; the scores are of its first {measured} of {heldout_rows} problems (a `--limit` run), and the file is "
+            f"ordered easy to hard, so they are its easiest and say little about the rest")
+
+
+def _misses(scores: dict) -> str:
+    """The share of each held-out set's problems without a correct greedy answer."""
+    sets = sorted({name.split(".")[0] for name in scores if name.endswith(".correct_rate")})
+    return " ".join(f"On the {name} set ({scores.get(f'{name}.problems', '?')} problems measured) "
+                    f"{1 - scores[f'{name}.correct_rate']:.1%} of the problems get no correct greedy answer."
+                    for name in sets if isinstance(scores.get(f"{name}.correct_rate"), (int, float)))
 
 
 def _lineage(recipe: Recipe, spec: StageSpec) -> list[StageSpec]:

@@ -29,6 +29,9 @@ ENDOFTEXT = "<|endoftext|>"
 # A trained assistant turn ends like Qwen's chat template writes it (LLaMA-Factory's qwen3 template labels the
 # newline too); the engine stops at <|im_end|>.
 RESPONSE_END = IM_END + "\n"
+# The fields of an infill task record (CuKe's infill_tasks.jsonl): the reference module and the file split around
+# the missing code.
+INFILL_KEYS = ("pytorch_code", "prefix", "middle", "suffix")
 
 
 class SFTDataError(ValueError):
@@ -69,13 +72,28 @@ def render_record(record: dict, where: str) -> tuple[str, str]:
         return prompt, response if response.endswith(IM_END) else response + RESPONSE_END
     if "messages" in record:
         return _render_messages(record["messages"], where)
+    if all(key in record for key in INFILL_KEYS):
+        return _render_infill_task(record, where)
     if "text" in record:
         if not isinstance(record["text"], str):
             raise SFTDataError(f"{where}: 'text' must be a string")
         return "", record["text"] + ENDOFTEXT
     raise SFTDataError(
-        f"{where}: a record needs 'prompt' + 'response', 'messages' or 'text'; it has keys {sorted(record)}"
+        f"{where}: a record needs 'prompt' + 'response', 'messages', 'text' or an infill task's "
+        f"{', '.join(repr(k) for k in INFILL_KEYS)}; it has keys {sorted(record)}"
     )
+
+
+def _render_infill_task(record: dict, where: str) -> tuple[str, str]:
+    """An infill task (CuKe's infill_tasks.jsonl) as the pair the editor's infill asks for: DICE's infilling prompt
+    (reference, prefix, suffix) -> the whole file in a code block, which `splice_infill` cuts the middle out of."""
+    from dice_copilot.model.prompts import infill_prompt
+
+    if not all(isinstance(record[key], str) for key in INFILL_KEYS):
+        raise SFTDataError(f"{where}: an infill task's {', '.join(repr(k) for k in INFILL_KEYS)} must be strings")
+    whole = record["prefix"] + record["middle"] + record["suffix"]
+    return (infill_prompt(record["pytorch_code"], record["prefix"], record["suffix"]),
+            f"```python\n{whole.rstrip()}\n```" + RESPONSE_END)
 
 
 def _render_messages(messages, where: str) -> tuple[str, str]:
