@@ -27,6 +27,9 @@ from .tokenizer import DiceTokenizer, TokenizerError
 
 DEFAULT_CHECKPOINT_DIR = Path(__file__).parent / "default_checkpoint"
 DEFAULT_CHECKPOINT_NAMES = (None, "default")
+# Names the checkpoint folder used where none is named (no --checkpoint, `default`, an editor without the setting):
+# set once, e.g. to a DICE download, for every command and the editor's server. Unset: the embedded checkpoint.
+CHECKPOINT_ENV = "DICE_COPILOT_CHECKPOINT"
 
 CONFIG_FILE = "config.json"
 SINGLE_WEIGHTS_FILE = "model.safetensors"
@@ -69,13 +72,18 @@ def resolve_dtype(dtype: torch.dtype | str | None, default: str) -> torch.dtype:
 
 
 def resolve_checkpoint_dir(path_or_name: str | os.PathLike | None) -> Path:
-    """The folder for a checkpoint argument: None/"default" is the embedded default checkpoint."""
+    """The folder for a checkpoint argument: None/"default" is $DICE_COPILOT_CHECKPOINT when set, else the embedded
+    default checkpoint."""
+    named_by = ""
     if path_or_name in DEFAULT_CHECKPOINT_NAMES:
-        return DEFAULT_CHECKPOINT_DIR
+        path_or_name = os.environ.get(CHECKPOINT_ENV)
+        if not path_or_name:
+            return DEFAULT_CHECKPOINT_DIR
+        named_by = f" (named by the environment variable {CHECKPOINT_ENV}; unset it for the embedded checkpoint)"
     folder = Path(path_or_name).expanduser()
     if not folder.is_dir():
         raise CheckpointError(
-            f"checkpoint folder {folder} does not exist (or is not a folder). Pass a local folder holding "
+            f"checkpoint folder {folder}{named_by} does not exist (or is not a folder). Pass a local folder holding "
             f"config.json, *.safetensors and tokenizer.json, or 'default'; nothing is downloaded"
         )
     return folder

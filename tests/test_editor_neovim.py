@@ -377,7 +377,7 @@ def test_the_servers_untrained_mark_shows_in_statusline_dice_status_and_checkhea
 
 
 UNTRAINED_FOLDERS = {
-    "embedded default": (None, "WARNING checkpoint: the embedded default, which is UNTRAINED"),
+    "embedded default": (None, "OK checkpoint: the embedded default"),  # trained dice-tiny
     "config.json": ({"config.json": {"model_type": "sdar", "dice_copilot_untrained": True}},
                     "UNTRAINED (marked in config.json)"),
     "card tags": ({"README.md": "---\nlicense: apache-2.0\ntags:\n  - dice\n  - untrained\n---\n# tiny\n"},

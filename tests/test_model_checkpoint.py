@@ -318,3 +318,19 @@ def test_bf16_on_cuda_matches_transformers(hf_folder):
         ours = model(ids, pos, attn_mask=causal_mask(pos)).float()
         theirs = reference(input_ids=ids).logits.float()
     torch.testing.assert_close(ours, theirs, atol=2e-2, rtol=2e-2)
+
+
+# --- which checkpoint "default" names ----------------------------------------------------------------------------
+
+
+def test_the_environment_variable_names_the_checkpoint_used_where_none_is_named(tmp_path, monkeypatch):
+    from dice_copilot.model.checkpoint import CHECKPOINT_ENV, DEFAULT_CHECKPOINT_DIR, resolve_checkpoint_dir
+
+    monkeypatch.setenv(CHECKPOINT_ENV, str(tmp_path))
+    assert resolve_checkpoint_dir(None) == resolve_checkpoint_dir("default") == tmp_path
+    assert resolve_checkpoint_dir(str(DEFAULT_CHECKPOINT_DIR)) == DEFAULT_CHECKPOINT_DIR  # a named folder wins
+    monkeypatch.setenv(CHECKPOINT_ENV, str(tmp_path / "gone"))
+    with pytest.raises(CheckpointError, match=f"named by the environment variable {CHECKPOINT_ENV}"):
+        resolve_checkpoint_dir("default")
+    monkeypatch.delenv(CHECKPOINT_ENV)
+    assert resolve_checkpoint_dir(None) == DEFAULT_CHECKPOINT_DIR

@@ -1,28 +1,35 @@
-"""The embedded default checkpoint: loads without arguments, says it is untrained, and rebuilds deterministically."""
+"""The embedded default checkpoint is the trained dice-tiny model with its model card; the untrained stand-in the tests
+decode with says it is untrained and rebuilds deterministically."""
 
 import json
 import shutil
 
 import pytest
+from checkpoint_helpers import UNTRAINED_CHECKPOINT
 
 from dice_copilot.model import load
-from dice_copilot.model.build_default_checkpoint import build
-from dice_copilot.model.checkpoint import DEFAULT_CHECKPOINT_DIR
+from dice_copilot.model.build_untrained_checkpoint import build
+from dice_copilot.model.checkpoint import DEFAULT_CHECKPOINT_DIR, model_card_metadata
 from dice_copilot.model.prompts import end_to_end_prompt, example_model
 
 
 @pytest.mark.parametrize("name", [None, "default"])
-def test_default_checkpoint_loads_and_is_marked_untrained(name):
+def test_the_default_checkpoint_is_trained_and_its_card_records_the_held_out_scores_it_was_shipped_by(name):
     model, tokenizer = load(name)
-    assert model.config.untrained is True
-    assert json.loads((DEFAULT_CHECKPOINT_DIR / "config.json").read_text())["dice_copilot_untrained"] is True
+    assert model.config.untrained is False
+    assert "dice_copilot_untrained" not in json.loads((DEFAULT_CHECKPOINT_DIR / "config.json").read_text())
     assert tokenizer.mask_token_id == model.config.mask_token_id == tokenizer.token_to_id("<|MASK|>")
     assert tokenizer.vocab_size <= model.config.vocab_size
     assert tokenizer.token_to_id("<|im_end|>") in tokenizer.stop_token_ids
+    shipped_by = model_card_metadata(DEFAULT_CHECKPOINT_DIR)["dice_copilot_heldout"]
+    assert shipped_by["recipe"] == "dice-tiny" and shipped_by["source"] == "model_eval (full)"
+    assert 0 < shipped_by["scores"]["cuke_heldout.correct_rate"] <= 1
 
 
-def test_default_checkpoint_is_small_enough_to_commit():
-    assert sum(p.stat().st_size for p in DEFAULT_CHECKPOINT_DIR.iterdir()) < 8_000_000
+def test_the_default_checkpoint_fits_the_size_limits_of_the_repository():
+    weights = list(DEFAULT_CHECKPOINT_DIR.glob("*.safetensors"))
+    assert weights and sum(p.stat().st_size for p in weights) <= 48_000_000
+    assert all(p.stat().st_size <= 16_000_000 for p in DEFAULT_CHECKPOINT_DIR.iterdir())
 
 
 def test_default_tokenizer_round_trips_a_dice_prompt_and_parses_chat_tokens():
@@ -32,6 +39,12 @@ def test_default_tokenizer_round_trips_a_dice_prompt_and_parses_chat_tokens():
     assert tokenizer.decode(ids) == prompt
     assert ids[0] == tokenizer.token_to_id("<|im_start|>")
     assert len(ids) < len(prompt) / 2  # the BPE learnt this text: far fewer tokens than bytes
+
+
+def test_the_untrained_stand_in_is_marked_untrained_and_small():
+    model, _ = load(UNTRAINED_CHECKPOINT)
+    assert model.config.untrained is True
+    assert sum(p.stat().st_size for p in UNTRAINED_CHECKPOINT.iterdir()) < 4_000_000
 
 
 @pytest.mark.slow
@@ -47,11 +60,11 @@ def test_build_is_deterministic(tmp_path):
     assert model.config.untrained and model.config.vocab_size <= 600
 
 
-def test_rebuilding_the_stand_in_never_replaces_a_trained_checkpoint_unasked(tmp_path, capsys):
-    from dice_copilot.model.build_default_checkpoint import main
+def test_building_the_stand_in_never_replaces_a_trained_checkpoint_unasked(tmp_path, capsys):
+    from dice_copilot.model.build_untrained_checkpoint import main
 
     trained = tmp_path / "trained"
-    shutil.copytree(DEFAULT_CHECKPOINT_DIR, trained)
+    shutil.copytree(UNTRAINED_CHECKPOINT, trained)
     config = json.loads((trained / "config.json").read_text())
     del config["dice_copilot_untrained"]
     (trained / "config.json").write_text(json.dumps(config))

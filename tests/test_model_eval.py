@@ -10,10 +10,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from checkpoint_helpers import UNTRAINED_CHECKPOINT
 from rl_helpers import CANDIDATE, REFERENCE
 
 from dice_copilot.cli import main
-from dice_copilot.model.checkpoint import (DEFAULT_CHECKPOINT_DIR, CheckpointError, read_decoding_defaults,
+from dice_copilot.model.checkpoint import (CHECKPOINT_ENV, CheckpointError, read_decoding_defaults,
                                            write_decoding_defaults)
 from dice_copilot.validator import Budget, ValidatorPool
 
@@ -86,13 +87,14 @@ def user_problems(folder: Path) -> Path:
 
 def test_the_eval_scores_the_embedded_default_beside_a_baseline_in_compile_only_mode(tmp_path):
     checkpoint = tmp_path / "ckpt"
-    shutil.copytree(DEFAULT_CHECKPOINT_DIR, checkpoint)
+    shutil.copytree(UNTRAINED_CHECKPOINT, checkpoint)
     out = tmp_path / "eval.json"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--checkpoint", str(checkpoint), "--user-problems",
          str(user_problems(tmp_path / "problems")), "--candidates", "2", "--max-new-tokens", "8",
          "--strategy", "static", "--write-defaults", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/local/bin:/usr/bin:/bin"})
+        capture_output=True, text=True, timeout=600, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/local/bin:/usr/bin:/bin",
+                                                       CHECKPOINT_ENV: str(UNTRAINED_CHECKPOINT)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "compile-only mode: no CUDA device" in done.stderr and "compile-only mode" in done.stdout
     report = json.loads(out.read_text())
@@ -163,7 +165,7 @@ def test_percentiles_interpolate_between_ranks():
 
 def test_decoding_defaults_round_trip_and_bad_values_name_the_file(tmp_path):
     checkpoint = tmp_path / "ckpt"
-    shutil.copytree(DEFAULT_CHECKPOINT_DIR, checkpoint)
+    shutil.copytree(UNTRAINED_CHECKPOINT, checkpoint)
     assert read_decoding_defaults(checkpoint) == {}
     write_decoding_defaults(checkpoint, {"strategy": "sequential", "threshold": 1, "num_return_sequences": 8})
     written = json.loads((checkpoint / "generation_config.json").read_text())
@@ -181,7 +183,7 @@ def test_decoding_defaults_round_trip_and_bad_values_name_the_file(tmp_path):
 
 def test_generate_decodes_with_the_checkpoint_defaults_unless_told_otherwise(tmp_path, capsys):
     checkpoint = tmp_path / "ckpt"
-    shutil.copytree(DEFAULT_CHECKPOINT_DIR, checkpoint)
+    shutil.copytree(UNTRAINED_CHECKPOINT, checkpoint)
     write_decoding_defaults(checkpoint, {"strategy": "static", "threshold": 0.5})
     command = ["generate", "--prompt", "hello", "--checkpoint", str(checkpoint), "--max-new-tokens", "4", "--json"]
     assert main(command) == 0

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkpoint_helpers import UNTRAINED_CHECKPOINT
 import torch
 from rl_helpers import MIDDLE, PREFIX, REFERENCE, SUFFIX, short_tasks, tiny_rl_config
 from sft_helpers import kernel_source, make_tokenizer, records, tiny_sft_config, write_jsonl
@@ -439,7 +440,7 @@ def test_ship_replaces_only_a_checkpoint_its_scores_beat(finished, tmp_path, cap
 
 def test_ship_replaces_the_untrained_embedded_default_by_default(finished, tmp_path, monkeypatch):
     folder, work = finished
-    default = Path(shutil.copytree(checkpoint_module.DEFAULT_CHECKPOINT_DIR, tmp_path / "default_checkpoint"))
+    default = Path(shutil.copytree(UNTRAINED_CHECKPOINT, tmp_path / "default_checkpoint"))  # as it was shipped
     monkeypatch.setattr(checkpoint_module, "DEFAULT_CHECKPOINT_DIR", default)
     record_scores(folder, "rl-e2e", correct_rate=0.0, compile_rate=0.1)
     assert ship(folder, work) == 0

@@ -4,7 +4,9 @@ default, else the built-in, as `generate` and the evals pick them; showStatus sa
 import shutil
 import threading
 
-from dice_copilot.model.checkpoint import DEFAULT_CHECKPOINT_DIR, write_decoding_defaults
+from checkpoint_helpers import UNTRAINED_CHECKPOINT
+
+from dice_copilot.model.checkpoint import write_decoding_defaults
 from dice_copilot.server import backend
 from dice_copilot.server.server import server
 from dice_copilot.server.settings import BUILT_IN_DECODING, ServerSettings, decoding_for, merge_settings
@@ -55,7 +57,7 @@ def test_a_setting_set_to_the_default_value_still_wins_and_null_unsets_it():
 
 def test_the_loaded_checkpoint_brings_its_defaults_and_status_reports_each_source(tmp_path, monkeypatch):
     checkpoint = tmp_path / "ckpt"
-    shutil.copytree(DEFAULT_CHECKPOINT_DIR, checkpoint)
+    shutil.copytree(UNTRAINED_CHECKPOINT, checkpoint)
     write_decoding_defaults(checkpoint, {"strategy": "static", "num_return_sequences": 3})
     loaded = backend.load_model(str(checkpoint), "cpu")
     assert loaded.decoding_defaults == {"strategy": "static", "num_return_sequences": 3}

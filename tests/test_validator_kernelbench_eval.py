@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from checkpoint_helpers import UNTRAINED_CHECKPOINT
 
 from dice_copilot.validator import Verdict, eval_commands
 from dice_copilot.validator.kernelbench_eval import (
@@ -300,11 +301,11 @@ def test_cli_refuses_an_out_dir_of_another_run_before_loading_the_model(tmp_path
 def test_cli_decodes_with_the_flags_else_the_checkpoint_defaults_else_the_built_ins(tmp_path, monkeypatch):
     """As `generate` does: a flag wins, then the checkpoint's generation_config.json, then the built-in; one sample
     stays greedy (a checkpoint's temperature is that of several candidates)."""
-    from dice_copilot.model.checkpoint import DEFAULT_CHECKPOINT_DIR, write_decoding_defaults
+    from dice_copilot.model.checkpoint import write_decoding_defaults
     from dice_copilot.validator import kernelbench_eval
 
     checkpoint = tmp_path / "ckpt"
-    shutil.copytree(DEFAULT_CHECKPOINT_DIR, checkpoint)
+    shutil.copytree(UNTRAINED_CHECKPOINT, checkpoint)
     write_decoding_defaults(checkpoint, {"strategy": "static", "threshold": 0.5, "max_new_tokens": 64,
                                          "temperature": 0.3, "top_p": 0.9, "steps_per_block": 2})
     used = []

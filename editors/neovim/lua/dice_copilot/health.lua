@@ -160,9 +160,9 @@ local function check_checkpoint(settings)
   end
   local checkpoint = settings.checkpoint
   if checkpoint == nil or checkpoint == vim.NIL or checkpoint == 'default' then
-    -- Without this checkout's folder to read, the README's word: the embedded default is an untrained stand-in.
+    -- The embedded default is the trained dice-tiny checkpoint; its folder, where found, says if it is not.
     local dir = embedded_checkpoint_dir()
-    if dir and not untrained_mark(dir) then
+    if not (dir and untrained_mark(dir)) then
       health.ok('checkpoint: the embedded default')
     else
       health.warn('checkpoint: the embedded default, which is UNTRAINED: random weights, its suggestions are noise',

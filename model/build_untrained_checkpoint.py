@@ -1,13 +1,14 @@
-"""Builds the embedded default checkpoint: an UNTRAINED stand-in until a trained DICE checkpoint replaces it (the
-dice-tiny recipe's, shipped by `dice-copilot train recipe trainer/recipes/dice-tiny --work WORK --ship`).
+"""Builds an UNTRAINED stand-in checkpoint: a real checkpoint in the layout every command reads, with random weights,
+small enough that the CPU tests decode with it in milliseconds (the tests' `tests/fixtures/untrained_checkpoint` is
+one). The embedded default is the trained dice-tiny checkpoint (trainer/recipes/dice-tiny); this stand-in is for
+tests and for trying the pipeline's plumbing, never for suggestions.
 
-It is a real checkpoint in the layout every command reads, so the whole pipeline runs out of the box: a byte-level
-BPE tokenizer trained on this project's own CUDA/PyTorch text (the DICE prompts, the one-shot example and the
-project's Python sources), and a tiny Qwen3-shaped network with seeded random weights. `config.json` carries
-`"dice_copilot_untrained": true`, so every command that loads it says the output is noise.
+It holds a byte-level BPE tokenizer trained on this project's own CUDA/PyTorch text (the DICE prompts, the one-shot
+example and the project's Python sources) and a tiny Qwen3-shaped network with seeded random weights. `config.json`
+carries `"dice_copilot_untrained": true`, so every command that loads it says the output is noise.
 
 Deterministic: the same corpus files and arguments give byte-identical files.
-    python -m dice_copilot.model.build_default_checkpoint [--out DIR] [--vocab-size N] [--seed S] [--force]
+    python -m dice_copilot.model.build_untrained_checkpoint --out DIR [--vocab-size N] [--seed S] [--force]
 """
 
 import argparse
@@ -22,7 +23,7 @@ from tokenizers import Tokenizer
 
 from dice_copilot.trainer.tokenizer_training import MASK, train_tokenizer
 
-from .checkpoint import CONFIG_FILE, DEFAULT_CHECKPOINT_DIR, read_config, save
+from .checkpoint import CONFIG_FILE, read_config, save
 from .config import DiceConfig
 from .network import DiceForBlockDiffusion
 from .prompts import end_to_end_prompt, example_infill_parts, example_model, infill_prompt
@@ -34,14 +35,12 @@ CORPUS_FOLDERS = ("model", "validator", "server", "trainer", "examples")
 DEFAULT_VOCAB_SIZE = 4096
 DEFAULT_SEED = 0
 
-README = """# Embedded default checkpoint (UNTRAINED)
+README = """# Untrained stand-in checkpoint (UNTRAINED)
 
-Random weights: a stand-in so that every command runs out of the box. Its output is noise.
-Replace it with a trained DICE checkpoint (`--checkpoint PATH`, or rebuild this folder from one).
-`dice-copilot train recipe trainer/recipes/dice-tiny --work WORK --ship` replaces this folder with the recipe's
-trained checkpoint and its model card once one beats it on the held-out sets.
-Rebuild this stand-in with `python -m dice_copilot.model.build_default_checkpoint`; build_info.json lists
-the corpus files (with SHA-256) the tokenizer was trained on.
+Random weights: a stand-in checkpoint for tests and for trying the pipeline's plumbing. Its output is noise.
+For suggestions use the embedded default (the trained dice-tiny checkpoint) or a DICE checkpoint (`--checkpoint PATH`).
+Rebuild it with `python -m dice_copilot.model.build_untrained_checkpoint --out DIR`; build_info.json lists the corpus
+files (with SHA-256) the tokenizer was trained on.
 """
 
 
@@ -93,7 +92,7 @@ def build(out: Path, vocab_size: int = DEFAULT_VOCAB_SIZE, seed: int = DEFAULT_S
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_CHECKPOINT_DIR, help="folder to write (replaced)")
+    parser.add_argument("--out", type=Path, required=True, help="folder to write (replaced)")
     parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="tokenizer vocabulary size")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the random weights")
     parser.add_argument("--force", action="store_true",
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = build(args.out, args.vocab_size, args.seed)
     size = sum(p.stat().st_size for p in out.iterdir())
-    print(f"wrote the UNTRAINED default checkpoint to {out} ({size / 1e6:.1f} MB)")
+    print(f"wrote an UNTRAINED stand-in checkpoint to {out} ({size / 1e6:.1f} MB)")
     return 0
 
 
