@@ -9,12 +9,19 @@ from checkpoint_helpers import UNTRAINED_CHECKPOINT
 
 from dice_copilot.model import load
 from dice_copilot.model.build_untrained_checkpoint import build
-from dice_copilot.model.checkpoint import DEFAULT_CHECKPOINT_DIR, model_card_metadata
+from dice_copilot.model.checkpoint import CHECKPOINT_ENV, DEFAULT_CHECKPOINT_DIR, model_card_metadata
 from dice_copilot.model.prompts import end_to_end_prompt, example_model
 
 
+@pytest.fixture
+def no_checkpoint_named(monkeypatch):
+    """As a user's shell is: no DICE_COPILOT_CHECKPOINT (the test session sets it to the stand-in)."""
+    monkeypatch.delenv(CHECKPOINT_ENV)
+
+
 @pytest.mark.parametrize("name", [None, "default"])
-def test_the_default_checkpoint_is_trained_and_its_card_records_the_held_out_scores_it_was_shipped_by(name):
+def test_the_default_checkpoint_is_trained_and_its_card_records_the_held_out_scores_it_was_shipped_by(
+        name, no_checkpoint_named):
     model, tokenizer = load(name)
     assert model.config.untrained is False
     assert "dice_copilot_untrained" not in json.loads((DEFAULT_CHECKPOINT_DIR / "config.json").read_text())
@@ -32,7 +39,7 @@ def test_the_default_checkpoint_fits_the_size_limits_of_the_repository():
     assert all(p.stat().st_size <= 16_000_000 for p in DEFAULT_CHECKPOINT_DIR.iterdir())
 
 
-def test_default_tokenizer_round_trips_a_dice_prompt_and_parses_chat_tokens():
+def test_default_tokenizer_round_trips_a_dice_prompt_and_parses_chat_tokens(no_checkpoint_named):
     _, tokenizer = load()
     prompt = end_to_end_prompt(example_model())
     ids = tokenizer.encode(prompt)

@@ -96,7 +96,7 @@ def test_cli_reads_jsonl_samples_by_their_text_fields(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("line, message", [
-    ('{"pytorch_code": "x", "cuda_code": "y"}', "needs 'prompt' + 'response', 'messages' or 'text'"),
+    ('{"pytorch_code": "x", "cuda_code": "y"}', "needs 'prompt' + 'response', 'messages', 'text' or an infill task's"),
     ("not json", "not valid JSON"),
 ])
 def test_cli_rejects_jsonl_without_text_fields(tmp_path, capsys, line, message):
