@@ -336,8 +336,8 @@ def score_set(evaluated: EvalSet, generate, pool, budget, compile_only: bool, an
     verdicts = _validate(pool, budget, [(p.reference, extract_first_code(g.text)) for p, g in zip(problems, greedy)])
     correct = [_correct(v, compile_only) for v in verdicts]
     if answers is not None:
-        answers += [{"set": evaluated.name, "problem": p.name, "answer": g.text, "compiled": _compiled(v), "correct": c, "verdict": v.summary()}
-                    for p, g, v, c in zip(problems, greedy, verdicts, correct)]
+        answers += [{"set": evaluated.name, "problem": p.name, "answer": g.text, "compiled": _compiled(v),
+                     "correct": c, "verdict": v.summary()} for p, g, v, c in zip(problems, greedy, verdicts, correct)]
     scores = {
         "problems": n,
         "compile_rate": sum(_compiled(v) for v in verdicts) / n,
