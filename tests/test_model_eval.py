@@ -93,8 +93,8 @@ def test_the_eval_scores_the_embedded_default_beside_a_baseline_in_compile_only_
         [sys.executable, str(SCRIPT), "--checkpoint", str(checkpoint), "--user-problems",
          str(user_problems(tmp_path / "problems")), "--candidates", "2", "--max-new-tokens", "8",
          "--strategy", "static", "--write-defaults", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/local/bin:/usr/bin:/bin",
-                                                       CHECKPOINT_ENV: str(UNTRAINED_CHECKPOINT)})
+        capture_output=True, text=True, timeout=600,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/local/bin:/usr/bin:/bin", CHECKPOINT_ENV: str(UNTRAINED_CHECKPOINT)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "compile-only mode: no CUDA device" in done.stderr and "compile-only mode" in done.stdout
     report = json.loads(out.read_text())
