@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if compile_only:
         print(f"model_eval: {COMPILE_ONLY_NOTE}", file=sys.stderr)
     budget = Budget(timing=not compile_only, compile_timeout_s=args.compile_timeout_s)
-    answers = []  # every greedy answer, for --dump
+    answers = []  # every greedy answer of every column, for --dump
     columns = {"ours": args.checkpoint} if args.no_baseline else {"ours": args.checkpoint, "baseline": args.baseline}
     report = {"mode": "compile-only" if compile_only else "full", "device": _device_name(device),
               "sets": {s.name: {"problems": len(s.problems), "infill_requests": s.infill_requests} for s in sets},
@@ -81,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         for column, checkpoint in columns.items():
             generator = EngineGenerator(checkpoint, device, decoding_flags(args))
             print(f"model_eval: {column} = {checkpoint} ({generator.decoding.describe()})", file=sys.stderr)
-            scores = {s.name: score_set(s, generator, pool, budget, compile_only, answers) for s in sets}
-            for answer in answers:
-                answer.setdefault("column", column)
+            column_answers = []
+            scores = {s.name: score_set(s, generator, pool, budget, compile_only, column_answers) for s in sets}
+            answers += [{"column": column, **answer} for answer in column_answers]
             report["columns"][column] = {"checkpoint": str(checkpoint), "untrained": generator.untrained,
                                          "decoding": asdict(generator.decoding), "scores": scores}
             if column == "ours" and args.write_defaults:

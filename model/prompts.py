@@ -135,6 +135,12 @@ def infill_prompt(pytorch_code: str, prefix: str, suffix: str) -> str:
     return _INFILL_HEAD + example + task + _INFILL_INSTRUCTION
 
 
+def answer_block(code: str) -> str:
+    """A trained answer to either prompt: the whole file in one python code block (what `extract_first_code` and
+    `splice_infill` read back)."""
+    return f"```python\n{code.rstrip()}\n```"
+
+
 # --- extraction ------------------------------------------------------------------------------------------------
 
 CODE_LANGUAGE_TAGS = ("python", "cpp")

@@ -125,7 +125,8 @@ def _recorded_scores(recipe: Recipe, spec: StageSpec, record: dict, checkpoint: 
 
 def _heldout_rows(recipe: Recipe, data_root: Path) -> int | None:
     """How many problems the CuKe held-out file holds (None when it is not on this machine)."""
-    path = data_root / recipe.data[HELDOUT_DATA].path if HELDOUT_DATA in recipe.data else None
+    entry = recipe.data.get(HELDOUT_DATA)
+    path = data_root / entry.path if entry else None
     if path is None or not path.is_file():
         return None
     with path.open(encoding="utf-8") as rows:

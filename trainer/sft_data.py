@@ -87,13 +87,12 @@ def render_record(record: dict, where: str) -> tuple[str, str]:
 def _render_infill_task(record: dict, where: str) -> tuple[str, str]:
     """An infill task (CuKe's infill_tasks.jsonl) as the pair the editor's infill asks for: DICE's infilling prompt
     (reference, prefix, suffix) -> the whole file in a code block, which `splice_infill` cuts the middle out of."""
-    from dice_copilot.model.prompts import infill_prompt
+    from dice_copilot.model.prompts import answer_block, infill_prompt
 
     if not all(isinstance(record[key], str) for key in INFILL_KEYS):
         raise SFTDataError(f"{where}: an infill task's {', '.join(repr(k) for k in INFILL_KEYS)} must be strings")
     whole = record["prefix"] + record["middle"] + record["suffix"]
-    return (infill_prompt(record["pytorch_code"], record["prefix"], record["suffix"]),
-            f"```python\n{whole.rstrip()}\n```" + RESPONSE_END)
+    return infill_prompt(record["pytorch_code"], record["prefix"], record["suffix"]), answer_block(whole) + RESPONSE_END
 
 
 def _render_messages(messages, where: str) -> tuple[str, str]:

@@ -261,7 +261,7 @@ def _base_row(outcome: Outcome) -> dict:
 def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | None) -> tuple[dict, list[PairRecord]]:
     """Write the four task sets from the kept pairs; returns counts with the held-out plan, and the training
     pairs."""
-    from dice_copilot.model.prompts import end_to_end_prompt
+    from dice_copilot.model.prompts import answer_block, end_to_end_prompt
 
     by_uid = {o.record.uid: o for o in kept}
     records = [o.record for o in kept]
@@ -270,7 +270,7 @@ def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | Non
     sft, infill, e2e, evaluation = [], [], [], []
     for r in train:
         sft.append({**_base_row(by_uid[r.uid]), "prompt": end_to_end_prompt(r.pytorch_code),
-                    "response": f"```python\n{r.cuda_code.rstrip()}\n```"})
+                    "response": answer_block(r.cuda_code)})
     # Both RL task sets easy -> hard: the RL trainer takes them in file order (docs/decoding.md#bic-rl).
     for idx, r in enumerate(order_easy_to_hard(train)):
         base = _base_row(by_uid[r.uid])
