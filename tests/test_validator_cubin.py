@@ -102,6 +102,18 @@ def fake_builder(tmp_path):
 
 # ---------------------------------------------------------------- the split itself
 
+HONEST_KERNELS = """
+__global__ void twice_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+torch::Tensor twice(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    twice_kernel<<<1, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+}
+"""
+
 def test_kernels_get_c_linkage_and_launchers_use_the_runtime_library_api():
     device, host, split = _device_and_host(HONEST)
     assert split.kernels == ["twice_kernel", "fill_kernel"]
@@ -220,6 +232,104 @@ def test_the_instance_kernels_compile_to_the_cubin(tmp_path):
                    cwd=tmp_path, check=True, capture_output=True)
     cubin = (tmp_path / "kernels.cubin").read_bytes()
     assert b".text.__dice_copy_kernel_0" in cubin and b".text.__dice_copy_kernel_1" in cubin
+
+
+DISPATCHED = """
+#include <cub/block/block_reduce.cuh>
+template <typename scalar_t, int BLOCK>
+__global__ void scale_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, int64_t n, int64_t half) {
+    int64_t i = (int64_t)blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) y[i] = static_cast<scalar_t>(static_cast<float>(x[i]) * (i < half ? 2.f : 3.f));
+}
+torch::Tensor scale(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    const int64_t n = x.numel();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::ScalarType::BFloat16, x.scalar_type(), "scale", [&] {
+        scale_kernel<scalar_t, 256><<<(n + 255) / 256, 256>>>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), n,
+                                                              n / 2);
+    });
+    return y;
+}
+"""
+
+
+def test_a_launch_inside_at_dispatch_gets_an_instance_kernel_per_dispatched_type():
+    # Before, `scalar_t` was left undefined in the kernels file, so every such candidate fell back to the
+    # unsplit build (~100 s of nvcc on the H200 machine instead of ~5 s).
+    split = split_host_device([_Chunk(DISPATCHED)])
+    device, host = "\n".join(c.text for c in split.device), "\n".join(c.text for c in split.host)
+    assert split.kernels == [f"__dice_scale_kernel_d0_{k}" for k in range(4)]
+    for k, cpp_type in enumerate(["double", "float", "c10::Half", "c10::BFloat16"]):
+        assert (f'extern "C" __global__ void __dice_scale_kernel_d0_{k}(const {cpp_type}* __restrict__ x, '
+                f'{cpp_type}* __restrict__ y, int64_t n, int64_t half) {{ scale_kernel<{cpp_type}, 256>(x, y, n, '
+                f'half); }}') in device
+    assert "#include <c10/util/Half.h>" in device and split.needs_torch_includes
+    # one launcher template; the host code names it with the dispatch's scalar_t
+    assert "template <typename scalar_t> static inline void __dice_launch___dice_scale_kernel_d0(" in host
+    assert "std::is_same<scalar_t, c10::Half>::value ? 2" in host
+    assert "__dice_launch___dice_scale_kernel_d0<scalar_t>(dim3(" in host and "><<<" not in host
+    # CUB is for the device code only (g++ does not find CCCL headers)
+    assert "cub/block/block_reduce.cuh" in device and "cub/block" not in host
+
+
+def test_dispatches_without_half_types_keep_the_kernels_file_torch_free():
+    source = DISPATCHED.replace("AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::ScalarType::BFloat16, ",
+                                "AT_DISPATCH_FLOATING_TYPES(")
+    split = split_host_device([_Chunk(source)])
+    assert len(split.kernels) == 2 and not split.needs_torch_includes
+    assert "c10/" not in "\n".join(c.text for c in split.device)
+
+
+@needs_nvcc
+def test_the_dispatched_instances_compile_to_the_cubin_with_torchs_half_types(tmp_path):
+    from dice_copilot.validator.compile import _torch_include_flags, torch_flags
+
+    split = split_host_device([_Chunk(DISPATCHED)])
+    (tmp_path / "kernels.cu").write_text("\n".join(c.text for c in split.device))
+    cuda_cflags = torch_flags("sm_90", True, (), (), (), ()).cuda_cflags
+    flags = _cubin_nvcc_flags(cuda_cflags, "sm_90") + _torch_include_flags(cuda_cflags)
+    built = subprocess.run(["nvcc", *flags, "-cubin", "kernels.cu", "-o", "kernels.cubin"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    cubin = (tmp_path / "kernels.cubin").read_bytes()
+    assert all(f".text.__dice_scale_kernel_d0_{k}".encode() in cubin for k in range(4))
+
+
+@pytest.mark.parametrize("source, reason", [
+    (DISPATCHED.replace("AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::ScalarType::BFloat16, ",
+                        "AT_DISPATCH_COMPLEX_TYPES("), "COMPLEX_TYPES: its types are not known"),
+    (DISPATCHED.replace("at::ScalarType::BFloat16", "at::kFloat8_e4m3fn"), "scalar type 'at::kFloat8_e4m3fn'"),
+    (DISPATCHED.replace("    return y;", "    cub::DeviceReduce::Sum(nullptr, n, x.data_ptr<float>(), "
+                                       "y.data_ptr<float>(), n);\n    return y;"), "host code uses cub::"),
+])
+def test_dispatches_and_libraries_the_split_does_not_know_are_refused(source, reason):
+    with pytest.raises(SplitError, match=reason):
+        split_host_device([_Chunk(source)])
+
+
+DEVICE_LIBRARY_NAMES = ("#include <mma.h>\n#include <cub/block/block_reduce.cuh>\nusing namespace nvcuda;\n"
+                        "using BlockSum = cub::BlockReduce<float, 256>;\n")
+
+
+def test_device_library_directives_and_aliases_go_to_the_kernels_file_only():
+    split = split_host_device([_Chunk(DEVICE_LIBRARY_NAMES + HONEST_KERNELS)])
+    device, host = "\n".join(c.text for c in split.device), "\n".join(c.text for c in split.host)
+    assert "using namespace nvcuda;" in device and "using BlockSum = cub::" in device
+    assert "nvcuda" not in host and "mma.h" not in host and "cub/" not in host and "cub::" not in host
+
+
+def test_host_code_naming_a_device_library_alias_is_not_split():
+    source = DEVICE_LIBRARY_NAMES + HONEST_KERNELS.replace("    return y;", "    (void)sizeof(BlockSum);\n    return y;")
+    with pytest.raises(SplitError, match="host code uses BlockSum"):
+        split_host_device([_Chunk(source)])
+
+
+def test_parameters_named_like_types_keep_their_names():
+    from dice_copilot.validator.kernel_split import _named_parameters
+
+    assert _named_parameters("int64_t half, const half* x, unsigned int, long long, float* __restrict__ out") == (
+        ["int64_t half", "const half* x", "unsigned int p2", "long long p3", "float* __restrict__ out"],
+        ["half", "x", "p2", "p3", "out"])
 
 
 def test_kernel_names_are_found_past_launch_bounds_and_qualifiers():

@@ -511,6 +511,8 @@ class ExtensionBuilder:
             try:
                 split = split_host_device(cuda_chunks[3:])
                 cubin_flags = _cubin_nvcc_flags(flags.cuda_cflags, self.arch)
+                if split.needs_torch_includes:
+                    cubin_flags += _torch_include_flags(flags.cuda_cflags)
             except SplitError as why:
                 log_prefix = f"[fast path not used: {why}]\n"
             else:
@@ -1077,6 +1079,15 @@ def _cubin_nvcc_flags(cuda_cflags: tuple[str, ...], arch: str) -> list[str]:
     if len(targets) > 1:
         raise SplitError(f"several GPU targets ({', '.join(sorted(targets))})")
     return kept + [f"-arch={targets.pop() if targets else arch}"]
+
+
+def _torch_include_flags(cuda_cflags: tuple[str, ...]) -> list[str]:
+    """The torch include directories of the load_inline build (for a kernels file that includes c10's half types)."""
+    flags = []
+    for flag, path in zip(cuda_cflags, cuda_cflags[1:]):
+        if flag == "-isystem" and "torch" in path:
+            flags += [flag, path]
+    return flags
 
 
 def _lite_nvcc_flags(cuda_cflags: tuple[str, ...]) -> list[str]:

@@ -4,6 +4,8 @@ launchers in the host file, which load the embedded cubin once with the CUDA run
 cudaLaunchKernel, the same entry point `<<<>>>` uses. Kernels get C linkage in the kernels file so the launchers find
 them by their source name. A templated kernel becomes a __device__ function template, and each instantiation the
 host code launches (`k<64, float><<<...>>>`) a C-linkage kernel that calls it, carrying the kernel's launch bounds.
+A launch inside an `AT_DISPATCH_*` macro (`k<scalar_t><<<...>>>`) gets one instance kernel per type the macro
+dispatches to, and a launcher template that picks the instance of its `scalar_t`.
 
 Any construct the split cannot handle safely raises SplitError and the caller compiles the source unsplit."""
 
@@ -16,6 +18,14 @@ from .problem import SourceSegment
 
 _TORCH_WORDS = re.compile(r"\b(torch|at|c10|pybind11|py|AT_DISPATCH\w*|TORCH_\w+|C10_\w+)\b")
 _HOST_ONLY_INCLUDE = re.compile(r'#\s*include\s*[<"](torch/|ATen/|c10/|pybind11/|Python\.h)')
+# Headers for device code only: g++ has no CUDA C++ (mma.h, cooperative groups) and, since CUDA 13, not even CCCL
+# (CUB, Thrust, libcu++) on its include path; nvcc finds them all. Host code that names these libraries cannot be
+# compiled by g++, so it is not split.
+_DEVICE_ONLY_INCLUDE = re.compile(r'#\s*include\s*[<"](cub/|thrust/|cuda/|mma\.h|cooperative_groups|cuda_pipeline'
+                                  r'|cuda_awbarrier|sm_\d+_intrinsics)')
+_DEVICE_LIBRARIES = r"(?:nvcuda|wmma|cooperative_groups|cub|thrust|cuda)"
+_DEVICE_LIBRARY_USE = re.compile(rf"(?<![:\w]){_DEVICE_LIBRARIES}::")
+_DEVICE_NAMESPACE_DECLARATION = re.compile(rf"\s*(using\s+namespace|namespace\s+\w+\s*=)\s*(::)?{_DEVICE_LIBRARIES}\b")
 _DEVICE_WORDS = re.compile(r"\b(__global__|__device__|__constant__|__shared__|__managed__)\b")
 # A __global__ function's name, with or without __launch_bounds__ (before or after the return type) and qualifiers.
 GLOBAL_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:[\w:<>,*&]+\s+)*?"
@@ -32,6 +42,27 @@ _HALF_WORDS = re.compile(r"\b(half2?|__half\w*|__nv_bfloat\w*|nv_bfloat16\w*|__f
 LAUNCH_PREFIX = "__dice_launch_"
 # The cubin's bytes, defined (hidden) by the generated module file that the builder compiles after nvcc -cubin.
 CUBIN_SYMBOL = "dice_kernels_cubin"
+
+
+# AT_DISPATCH_* (ATen/Dispatch.h): the scalar types each macro dispatches to, and each type's C++ type, spelt so that
+# host and device code name the same type (c10's half types are __host__ __device__; the kernels file then
+# includes their headers).
+_DISPATCH_MACRO = re.compile(r"\bAT_DISPATCH_(\w+)\s*\(")
+_FLOATING = ("Double", "Float")
+_INTEGRAL = ("Byte", "Char", "Int", "Long", "Short")
+_DISPATCH_TYPES = {"FLOATING_TYPES": _FLOATING, "FLOATING_TYPES_AND_HALF": (*_FLOATING, "Half"),
+                   "REDUCED_FLOATING_TYPES": ("Half", "BFloat16"), "INTEGRAL_TYPES": _INTEGRAL,
+                   "ALL_TYPES": (*_INTEGRAL, *_FLOATING)}
+# macro suffix -> (base, number of extra scalar types given before the tensor's type)
+_DISPATCH_EXTRAS = {"FLOATING_TYPES_AND": ("FLOATING_TYPES", 1), "INTEGRAL_TYPES_AND": ("INTEGRAL_TYPES", 1),
+                    "ALL_TYPES_AND": ("ALL_TYPES", 1),
+                    **{f"FLOATING_TYPES_AND{n}": ("FLOATING_TYPES", n) for n in range(2, 6)},
+                    **{f"ALL_TYPES_AND{n}": ("ALL_TYPES", n) for n in range(2, 4)}}
+_CPP_TYPES = {"Double": "double", "Float": "float", "Half": "c10::Half", "BFloat16": "c10::BFloat16",
+              "Byte": "uint8_t", "Char": "int8_t", "Short": "int16_t", "Int": "int32_t", "Long": "int64_t",
+              "Bool": "bool"}
+_C10_TYPE_HEADERS = {"c10::Half": "c10/util/Half.h", "c10::BFloat16": "c10/util/BFloat16.h"}
+_SCALAR_TYPE = re.compile(r"\s*(?:(?:at|c10|torch)::)?(?:ScalarType::|k)(\w+)\s*")
 
 
 class SplitError(Exception):
@@ -56,6 +87,16 @@ class _Template:
     kernel_params: str
     launch_bounds: str | None
     instances: dict[str, str] = field(default_factory=dict)  # template arguments as written -> wrapper kernel
+    # template arguments naming an AT_DISPATCH's scalar_t -> the launcher template and its instance per C++ type
+    dispatched: dict[str, "_Dispatched"] = field(default_factory=dict)
+
+
+@dataclass
+class _Dispatched:
+    """The instances of one `k<..scalar_t..>` launch pattern, one per type the enclosing dispatches cover."""
+
+    launcher: str
+    wrappers: dict[str, str] = field(default_factory=dict)  # C++ type -> wrapper kernel
 
 
 @dataclass
@@ -65,6 +106,8 @@ class SplitSources:
     host: list
     device: list
     kernels: list[str] = field(default_factory=list)  # names in the cubin, in launcher index order
+    # The kernels file includes c10 headers (the half types of a dispatch): nvcc needs torch's include path.
+    needs_torch_includes: bool = False
 
 
 def split_host_device(chunks) -> SplitSources:
@@ -77,6 +120,7 @@ def split_host_device(chunks) -> SplitSources:
     kernels: dict[str, str] = {}  # name -> parameter list
     templates: dict[str, _Template] = {}
     device_symbols: set[str] = set()
+    device_only_names: set[str] = set()  # aliases of device-library types (`using BlockReduce = cub::...;`)
     for item in items:
         if item.directive:
             continue
@@ -110,7 +154,10 @@ def split_host_device(chunks) -> SplitSources:
     all_kernels = set(kernels) | set(templates)
     host = [_Chunk("#include <cuda_runtime.h>")]
     code = _strip_comments_and_strings("\n".join(item.text for item in items if not item.directive))
-    headers = _DEVICE_PRELUDE + (_HALF_PRELUDE if _HALF_WORDS.search(code) else ())
+    c10_headers = tuple(dict.fromkeys(_C10_TYPE_HEADERS[t] for template in templates.values()
+                                      for group in template.dispatched.values() for t in group.wrappers
+                                      if t in _C10_TYPE_HEADERS))
+    headers = _DEVICE_PRELUDE + (_HALF_PRELUDE if _HALF_WORDS.search(code) else ()) + c10_headers
     device = [_Chunk("\n".join(f"#include <{h}>" for h in headers))]
     support = _Chunk(_launch_support(names))
     support_placed = False
@@ -124,6 +171,8 @@ def split_host_device(chunks) -> SplitSources:
         if item.directive:
             if _HOST_ONLY_INCLUDE.search(item.text):
                 host.append(chunk)
+            elif _DEVICE_ONLY_INCLUDE.search(item.text):
+                device.append(chunk)
             else:
                 host.append(chunk)
                 device.append(chunk)
@@ -136,8 +185,15 @@ def split_host_device(chunks) -> SplitSources:
                 device.append(_Chunk(_as_device_function(item.text, match.group(1)), chunk.origin))
                 device += [_Chunk(_instance_kernel(match.group(1), template, args, wrapper))
                            for args, wrapper in template.instances.items()]
+                device += [_Chunk(_instance_kernel(match.group(1), template, _with_scalar_type(args, cpp_type),
+                                                   wrapper))
+                           for args, group in template.dispatched.items()
+                           for cpp_type, wrapper in group.wrappers.items()]
                 host += [_Chunk(_launcher_definition(wrapper, kernels[wrapper], names.index(wrapper)))
                          for wrapper in template.instances.values()]
+                host += [_Chunk(_dispatch_launcher_definition(
+                             group, _substituted(template.kernel_params, template, args, match.group(1)), names))
+                         for args, group in template.dispatched.items()]
             elif match:
                 name = match.group(1)
                 device.append(_Chunk(_with_c_linkage(item.text, name), chunk.origin))
@@ -148,7 +204,19 @@ def split_host_device(chunks) -> SplitSources:
         words = set(re.findall(r"\w+", body))
         if device_symbols & words:
             raise SplitError("host code uses a __device__/__constant__ symbol")
+        if device_only_names & words:
+            raise SplitError(f"host code uses {sorted(device_only_names & words)[0]}, a name for device code")
         is_function = re.search(r"\)\s*(const\s*)?(noexcept\s*)?\{", body) is not None
+        library = _DEVICE_LIBRARY_USE.search(body)
+        if _DEVICE_NAMESPACE_DECLARATION.match(body) or (library and not is_function and not _TORCH_WORDS.search(body)):
+            # `using namespace nvcuda;`, `using BlockReduce = cub::BlockReduce<float, 256>;`: for the device code
+            device.append(chunk)
+            alias = re.match(r"\s*using\s+(\w+)\s*=", body) or re.match(r"\s*typedef\b.*?(\w+)\s*;\s*$", body, re.S)
+            if alias:
+                device_only_names.add(alias.group(1))
+            continue
+        if library:
+            raise SplitError(f"host code uses {library.group(0)}, a library g++ cannot compile")
         if is_function or _TORCH_WORDS.search(body):
             rewritten = _rewrite_launches(item.text, kernels, templates)
             other_uses = all_kernels & set(re.findall(r"\w+", _strip_comments_and_strings(rewritten)))
@@ -163,7 +231,7 @@ def split_host_device(chunks) -> SplitSources:
             device.append(chunk)
     if not support_placed:
         host.append(support)
-    return SplitSources(host, device, names)
+    return SplitSources(host, device, names, needs_torch_includes=bool(c10_headers))
 
 
 def _shift(origin: SourceSegment | None, lines: int) -> SourceSegment | None:
@@ -278,7 +346,12 @@ def _named_parameters(params: str) -> tuple[list[str], list[str]]:
         match = re.search(r"(\w+)\s*(\[[^\]]*\])*$", param)
         type_words = {"int", "float", "double", "char", "bool", "long", "short", "unsigned", "signed", "size_t",
                       "const", "half", "__half", "__nv_bfloat16"}
-        if match and match.group(1) not in type_words and not param.endswith(("*", "&")) and " " in param.strip():
+        # the last word names the parameter unless the parameter is a type alone ("unsigned int", "const half");
+        # a type word after a whole type is a name (`int64_t half`)
+        before = param[:match.start()].split() if match else []
+        is_name = match and not param.endswith(("*", "&")) and before and match.group(1) not in _TYPE_MODIFIERS \
+            and (match.group(1) not in type_words or before[-1] not in _TYPE_MODIFIERS)
+        if is_name:
             name = match.group(1)
             decls.append(param)
         else:
@@ -288,6 +361,7 @@ def _named_parameters(params: str) -> tuple[list[str], list[str]]:
     return decls, names
 
 
+_TYPE_MODIFIERS = {"const", "volatile", "unsigned", "signed", "long", "short", "struct"}
 _KERNEL_QUALIFIERS = re.compile(r"\b(static|inline|__forceinline__)\b")
 
 
@@ -307,6 +381,7 @@ def _launch_support(kernels: list[str]) -> str:
     names = ", ".join(f'"{k}"' for k in kernels)
     return f"""#include <stdexcept>
 #include <string>
+#include <type_traits>
 #if !defined(CUDART_VERSION) || CUDART_VERSION < 12000
 #error "the split build needs the CUDA 12+ runtime library API (cudaLibraryLoadData)"
 #endif
@@ -352,6 +427,22 @@ def _launcher_definition(kernel: str, params: str, index: int) -> str:
             f"__dice_launch({index}, __dice_grid, __dice_block, __dice_smem, __dice_stream, __dice_args); }}")
 
 
+def _dispatch_launcher_definition(group: _Dispatched, params: str, names: list[str]) -> str:
+    """A launcher template for the launches of one pattern inside AT_DISPATCH macros: its parameters are the
+    kernel's with the dispatch's `scalar_t`, and it launches the instance kernel of that type."""
+    decls, arg_names = _named_parameters(params)
+    all_params = ", ".join(["dim3 __dice_grid", "dim3 __dice_block", "size_t __dice_smem",
+                            "cudaStream_t __dice_stream", *decls])
+    args = ("void* __dice_args[] = {" + ", ".join(f"(void*)&{n}" for n in arg_names) + "};") if arg_names else \
+        "void** __dice_args = nullptr;"
+    index = "".join(f"std::is_same<scalar_t, {cpp_type}>::value ? {names.index(wrapper)} : "
+                    for cpp_type, wrapper in group.wrappers.items()) + "-1"
+    return (f"template <typename scalar_t> static inline void {LAUNCH_PREFIX}{group.launcher}({all_params}) {{ "
+            f"constexpr int __dice_index = {index}; "
+            f'static_assert(__dice_index >= 0, "a type the AT_DISPATCH does not list"); {args} '
+            f"__dice_launch(__dice_index, __dice_grid, __dice_block, __dice_smem, __dice_stream, __dice_args); }}")
+
+
 _LAUNCH = re.compile(r"\b(\w+)\s*(<[^<>;]*>)?\s*<<<")
 
 
@@ -362,10 +453,13 @@ def _rewrite_launches(text: str, kernels: dict[str, str], templates: dict[str, _
     for match in _LAUNCH.finditer(text):
         if match.start() < pos:
             continue
-        name = match.group(1)
-        if name in templates and match.group(2) and _normalized(match.group(2)[1:-1]) in templates[name].instances:
-            name = templates[name].instances[_normalized(match.group(2)[1:-1])]
-        elif name not in kernels or match.group(2):
+        name, explicit = match.group(1), ""
+        args = _template_arguments(match.group(2), _strip_comments_and_strings(text)) if match.group(2) else None
+        if name in templates and args in templates[name].dispatched:
+            name, explicit = templates[name].dispatched[args].launcher, "<scalar_t>"
+        elif name in templates and args in templates[name].instances:
+            name = templates[name].instances[args]
+        elif name not in kernels or args is not None:
             raise SplitError(f"launch of {name} is not a plain launch of a kernel defined here")
         end_config = text.find(">>>", match.end())
         if end_config < 0:
@@ -385,7 +479,7 @@ def _rewrite_launches(text: str, kernels: dict[str, str], templates: dict[str, _
         if args.strip():
             call_args.append(args)
         out.append(text[pos: match.start()])
-        out.append(f"{LAUNCH_PREFIX}{name}(" + ", ".join(call_args) + ")" + "\n" * newlines)
+        out.append(f"{LAUNCH_PREFIX}{name}{explicit}(" + ", ".join(call_args) + ")" + "\n" * newlines)
         pos = args_end + 1
     out.append(text[pos:])
     return "".join(out)
@@ -393,6 +487,25 @@ def _rewrite_launches(text: str, kernels: dict[str, str], templates: dict[str, _
 
 def _normalized(template_args: str) -> str:
     return re.sub(r"\s+", " ", template_args.strip())
+
+
+# `constexpr int threads = 256;` in the launching function: the kernels file does not see it, so a template argument
+# naming it is replaced by its value (only where the function gives the name one literal value).
+_LOCAL_CONSTANT = re.compile(r"\bconst(?:expr)?\s+(?:unsigned\s+|signed\s+)?(?:int|int32_t|int64_t|uint32_t|unsigned|"
+                             r"long|size_t|bool)\s+(\w+)\s*=\s*(\d+[uUlL]*|true|false)\s*;")
+
+
+def _template_arguments(written: str, host_code: str) -> str:
+    """The template arguments of a launch (`<...>` as written), normalised, the launching code's constants
+    replaced by their values."""
+    args = _normalized(written[1:-1])
+    values: dict[str, set[str]] = {}
+    for name, value in _LOCAL_CONSTANT.findall(host_code):
+        values.setdefault(name, set()).add(value)
+    for name, found in values.items():
+        if len(found) == 1:
+            args = re.sub(rf"\b{name}\b", next(iter(found)), args)
+    return args
 
 
 def _template_of(body: str, match: re.Match) -> _Template:
@@ -420,18 +533,61 @@ def _template_of(body: str, match: re.Match) -> _Template:
 
 
 def _collect_instances(host_code: str, templates: dict[str, _Template], kernels: dict[str, str]) -> None:
-    """Each distinct `k<args><<<` of a templated kernel becomes an instance kernel (added to `kernels`)."""
+    """Each distinct `k<args><<<` of a templated kernel becomes an instance kernel (added to `kernels`); inside an
+    AT_DISPATCH_* macro, arguments naming its `scalar_t` become one instance per type the macro dispatches to."""
     for match in _LAUNCH.finditer(host_code):
         template = templates.get(match.group(1))
         if template is None:
             continue
         if not match.group(2):
             raise SplitError(f"launch of templated kernel {match.group(1)} leaves its template arguments to deduction")
-        args = _normalized(match.group(2)[1:-1])
+        args = _template_arguments(match.group(2), host_code)
+        types = _dispatched_types(host_code, match.start()) if re.search(r"\bscalar_t\b", args) else None
+        if types is not None:
+            if args in template.instances:
+                raise SplitError(f"{match.group(1)}<{args}> is launched both inside and outside an AT_DISPATCH")
+            group = template.dispatched.setdefault(
+                args, _Dispatched(f"__dice_{match.group(1)}_d{len(template.dispatched)}"))
+            for cpp_type in types:
+                if cpp_type not in group.wrappers:
+                    wrapper = group.wrappers[cpp_type] = f"{group.launcher}_{len(group.wrappers)}"
+                    kernels[wrapper] = _substituted(template.kernel_params, template,
+                                                    _with_scalar_type(args, cpp_type), match.group(1))
+            continue
+        if args in template.dispatched:
+            raise SplitError(f"{match.group(1)}<{args}> is launched both inside and outside an AT_DISPATCH")
         if args not in template.instances:
             wrapper = f"__dice_{match.group(1)}_{len(template.instances)}"
             template.instances[args] = wrapper
             kernels[wrapper] = _substituted(template.kernel_params, template, args, match.group(1))
+
+
+def _dispatched_types(host_code: str, position: int) -> list[str] | None:
+    """The C++ types `scalar_t` stands for at `position`: those of the innermost AT_DISPATCH_* macro call around
+    it, or None outside any (then `scalar_t` is the code's own name). SplitError for a dispatch not known here."""
+    enclosing = None
+    for match in _DISPATCH_MACRO.finditer(host_code, 0, position):
+        close = _matching_paren(host_code, match.end() - 1, "AT_DISPATCH call not closed")
+        if close > position:
+            enclosing = match
+    if enclosing is None:
+        return None
+    macro = enclosing.group(1)
+    base, extra = (macro, 0) if macro in _DISPATCH_TYPES else _DISPATCH_EXTRAS.get(macro, (None, 0))
+    if base is None:
+        raise SplitError(f"AT_DISPATCH_{macro}: its types are not known to the split")
+    arguments = split_top_commas(host_code[enclosing.end():_matching_paren(host_code, enclosing.end() - 1)])
+    names = list(_DISPATCH_TYPES[base])
+    for argument in arguments[:extra]:
+        found = _SCALAR_TYPE.fullmatch(argument)
+        if found is None or found.group(1) not in _CPP_TYPES:
+            raise SplitError(f"AT_DISPATCH_{macro}: scalar type '{argument.strip()}' not known to the split")
+        names.append(found.group(1))
+    return list(dict.fromkeys(_CPP_TYPES[name] for name in names))
+
+
+def _with_scalar_type(args: str, cpp_type: str) -> str:
+    return re.sub(r"\bscalar_t\b", cpp_type, args)
 
 
 def _substituted(text: str, template: _Template, args: str, kernel: str) -> str:
