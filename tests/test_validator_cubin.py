@@ -102,17 +102,7 @@ def fake_builder(tmp_path):
 
 # ---------------------------------------------------------------- the split itself
 
-HONEST_KERNELS = """
-__global__ void twice_kernel(const float* x, float* y, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = 2.0f * x[i];
-}
-torch::Tensor twice(torch::Tensor x) {
-    auto y = torch::empty_like(x);
-    twice_kernel<<<1, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
-    return y;
-}
-"""
+HONEST_KERNELS = _spec(HONEST).cuda_sources[0]  # the CUDA source alone
 
 def test_kernels_get_c_linkage_and_launchers_use_the_runtime_library_api():
     device, host, split = _device_and_host(HONEST)

@@ -415,32 +415,27 @@ void __dice_launch(int index, dim3 grid, dim3 block, size_t smem, cudaStream_t s
 }}  // namespace"""
 
 
-def _launcher_definition(kernel: str, params: str, index: int) -> str:
+def _launcher_definition(kernel: str, params: str, index: int | str, head: str = "", prologue: str = "") -> str:
     """A launcher whose parameters mirror the kernel's, so arguments convert as they would for `<<<>>>`; the
-    argument array points at the launcher's own parameters."""
+    argument array points at the launcher's own parameters. `index` is the kernel's place in the cubin's table
+    (or an expression computed by `prologue`); `head` makes it a template."""
     decls, names = _named_parameters(params)
     all_params = ", ".join(["dim3 __dice_grid", "dim3 __dice_block", "size_t __dice_smem",
                             "cudaStream_t __dice_stream", *decls])
     args = ("void* __dice_args[] = {" + ", ".join(f"(void*)&{n}" for n in names) + "};") if names else \
         "void** __dice_args = nullptr;"
-    return (f"static inline void {LAUNCH_PREFIX}{kernel}({all_params}) {{ {args} "
+    return (f"{head}static inline void {LAUNCH_PREFIX}{kernel}({all_params}) {{ {prologue}{args} "
             f"__dice_launch({index}, __dice_grid, __dice_block, __dice_smem, __dice_stream, __dice_args); }}")
 
 
 def _dispatch_launcher_definition(group: _Dispatched, params: str, names: list[str]) -> str:
     """A launcher template for the launches of one pattern inside AT_DISPATCH macros: its parameters are the
     kernel's with the dispatch's `scalar_t`, and it launches the instance kernel of that type."""
-    decls, arg_names = _named_parameters(params)
-    all_params = ", ".join(["dim3 __dice_grid", "dim3 __dice_block", "size_t __dice_smem",
-                            "cudaStream_t __dice_stream", *decls])
-    args = ("void* __dice_args[] = {" + ", ".join(f"(void*)&{n}" for n in arg_names) + "};") if arg_names else \
-        "void** __dice_args = nullptr;"
     index = "".join(f"std::is_same<scalar_t, {cpp_type}>::value ? {names.index(wrapper)} : "
                     for cpp_type, wrapper in group.wrappers.items()) + "-1"
-    return (f"template <typename scalar_t> static inline void {LAUNCH_PREFIX}{group.launcher}({all_params}) {{ "
-            f"constexpr int __dice_index = {index}; "
-            f'static_assert(__dice_index >= 0, "a type the AT_DISPATCH does not list"); {args} '
-            f"__dice_launch(__dice_index, __dice_grid, __dice_block, __dice_smem, __dice_stream, __dice_args); }}")
+    return _launcher_definition(group.launcher, params, "__dice_index", head="template <typename scalar_t> ",
+                                prologue=f"constexpr int __dice_index = {index}; "
+                                         f'static_assert(__dice_index >= 0, "a type the AT_DISPATCH does not list"); ')
 
 
 _LAUNCH = re.compile(r"\b(\w+)\s*(<[^<>;]*>)?\s*<<<")
