@@ -262,6 +262,17 @@ def test_a_launch_inside_at_dispatch_gets_an_instance_kernel_per_dispatched_type
     assert "cub/block/block_reduce.cuh" in device and "cub/block" not in host
 
 
+def test_a_template_argument_naming_a_constant_of_the_launching_function_gets_its_value():
+    # the kernels file does not see `constexpr int threads = 256;` inside the host function
+    source = DISPATCHED.replace("    const int64_t n = x.numel();", "    const int64_t n = x.numel();\n"
+                                "    constexpr int threads = 256;").replace("scale_kernel<scalar_t, 256>",
+                                                                         "scale_kernel<scalar_t, threads>")
+    split = split_host_device([_Chunk(source)])
+    device, host = "\n".join(c.text for c in split.device), "\n".join(c.text for c in split.host)
+    assert "scale_kernel<float, 256>(x, y, n, half)" in device and "threads" not in device
+    assert "__dice_launch___dice_scale_kernel_d0<scalar_t>(dim3(" in host
+
+
 def test_dispatches_without_half_types_keep_the_kernels_file_torch_free():
     source = DISPATCHED.replace("AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::ScalarType::BFloat16, ",
                                 "AT_DISPATCH_FLOATING_TYPES(")

@@ -445,16 +445,17 @@ def _rewrite_launches(text: str, kernels: dict[str, str], templates: dict[str, _
     """`k<<<g, b, s, st>>>(args)` -> `__dice_launch_k(g, b, s, st, args)` (for `k<T, 4><<<...>>>`, the launcher of
     that instantiation's kernel), keeping the line count unchanged."""
     out, pos = [], 0
+    code = _strip_comments_and_strings(text)
     for match in _LAUNCH.finditer(text):
         if match.start() < pos:
             continue
         name, explicit = match.group(1), ""
-        args = _template_arguments(match.group(2), _strip_comments_and_strings(text)) if match.group(2) else None
-        if name in templates and args in templates[name].dispatched:
-            name, explicit = templates[name].dispatched[args].launcher, "<scalar_t>"
-        elif name in templates and args in templates[name].instances:
-            name = templates[name].instances[args]
-        elif name not in kernels or args is not None:
+        template_args = _template_arguments(match.group(2), code) if match.group(2) else None
+        if name in templates and template_args in templates[name].dispatched:
+            name, explicit = templates[name].dispatched[template_args].launcher, "<scalar_t>"
+        elif name in templates and template_args in templates[name].instances:
+            name = templates[name].instances[template_args]
+        elif name not in kernels or template_args is not None:
             raise SplitError(f"launch of {name} is not a plain launch of a kernel defined here")
         end_config = text.find(">>>", match.end())
         if end_config < 0:
