@@ -21,6 +21,7 @@ from dice_copilot.trainer.cuke.seeds.ops import OPS
 from dice_copilot.trainer.cuke.seeds.rewrite import reorder_definitions
 from dice_copilot.trainer.cuke.seeds.scenarios import fix_articles, role_of
 from dice_copilot.trainer.cuke.seeds.writers import MAIN_SPELLINGS, PERSONAS, _fill, draw_writer, rename_python
+from dice_copilot.trainer.cuke.textsim import deduplicate
 
 STRATEGIES = {"grid_stride", "thread_per_element", "unrolled_ilp", "vectorized", "half2", "multi_kernel",
               "warp_shuffle", "smem_tree", "cub", "warp_per_row", "online_softmax", "welford", "smem_row_cache",
@@ -111,6 +112,20 @@ def test_generation_is_deterministic():
     assert first == again
     other = [p.uid for p in generate_seed_pairs(seed=1, generators=["softmax", "gemm", "layout"], scale=0.02)]
     assert other != first
+
+
+def test_parallel_generation_and_dedup_decide_as_one_process_does():
+    # above the sizes where processes are used; duplicates appended so that the dedup has something to drop
+    serial = list(generate_seed_pairs(scale=0.15))
+    parallel = list(generate_seed_pairs(scale=0.15, workers=2))
+    assert len(serial) >= 2000
+    assert [(p.uid, p.cuda_code) for p in parallel] == [(p.uid, p.cuda_code) for p in serial]
+    texts = [(p.pytorch_code, p.cuda_code) for p in serial]
+    texts += [(problem.replace("1024", "2048"), candidate) for problem, candidate in texts[:40]]
+    groups = [p.family for p in serial] + [p.family for p in serial[:40]]
+    one, several = deduplicate(texts, groups=groups), deduplicate(texts, groups=groups, workers=2)
+    assert len(one.dropped) >= 40
+    assert (several.kept, several.dropped) == (one.kept, one.dropped)
 
 
 def test_unknown_generator_is_an_actionable_error():

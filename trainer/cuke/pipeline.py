@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
@@ -51,6 +52,10 @@ class BuildConfig:
     # False: validate nothing, write the sets and the report from the verdicts already in OUT/results (e.g. restored
     # from an earlier GPU build); needs no GPU.
     validate: bool = True
+    prep_workers: int = 0  # processes that generate and deduplicate the pairs (0: one per core)
+
+    def prep_processes(self) -> int:
+        return self.prep_workers or os.cpu_count() or 1
 
 
 @dataclass
@@ -67,7 +72,8 @@ class Outcome:
 
 def load_records(config: BuildConfig) -> list[PairRecord]:
     if config.source == "builtin":
-        return builtin_records(seed=config.seed, scale=config.scale, generators=config.generators)
+        return builtin_records(seed=config.seed, scale=config.scale, generators=config.generators,
+                               workers=config.prep_processes())
     return jsonl_records(Path(config.source))
 
 
@@ -120,7 +126,7 @@ class ResultStore:
             handle.flush()
 
 
-def cached_dedup(out: Path, records: list[PairRecord], threshold: float) -> DedupResult:
+def cached_dedup(out: Path, records: list[PairRecord], threshold: float, workers: int = 1) -> DedupResult:
     """Dedup once per (pair set, threshold): reruns and other shards read the decision from OUT/dedup.json.
     Near duplicates are searched within each primary family (exact duplicates across everything)."""
     key = hashlib.sha256(("\n".join(r.uid for r in records) + f"|{threshold}").encode()).hexdigest()
@@ -130,7 +136,7 @@ def cached_dedup(out: Path, records: list[PairRecord], threshold: float) -> Dedu
         if cached.get("key") == key:
             return DedupResult(cached["kept"], [tuple(d) for d in cached["dropped"]])
     result = deduplicate([(r.pytorch_code, r.cuda_code) for r in records], threshold=threshold,
-                         groups=[r.family for r in records])
+                         groups=[r.family for r in records], workers=workers)
     path.write_text(json.dumps({"key": key, "kept": result.kept, "dropped": result.dropped}), encoding="utf-8")
     return result
 
@@ -324,7 +330,7 @@ def run_build(config: BuildConfig) -> dict:
     records = load_records(config)
     outcomes = {r.uid: Outcome(r, "pending") for r in records}
 
-    dedup = cached_dedup(out, records, config.dedup_threshold)
+    dedup = cached_dedup(out, records, config.dedup_threshold, config.prep_processes())
     for index, kind, other, similarity in dedup.dropped:
         o = outcomes[records[index].uid]
         o.status, o.reason = "duplicate", f"{kind}_duplicate"

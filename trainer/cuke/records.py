@@ -37,11 +37,12 @@ class PairRecord:
         return asdict(self)
 
 
-def builtin_records(seed: int = 0, scale: float = 1.0, generators: list[str] | None = None) -> list[PairRecord]:
+def builtin_records(seed: int = 0, scale: float = 1.0, generators: list[str] | None = None,
+                    workers: int = 1) -> list[PairRecord]:
     from .seeds import generate_seed_pairs
     return [PairRecord(uid=p.uid, pytorch_code=p.pytorch_code, cuda_code=p.cuda_code, families=p.families,
                        level=p.level, composition=p.composition, source="builtin", dtype=p.dtype, meta=p.meta)
-            for p in generate_seed_pairs(seed=seed, scale=scale, generators=generators)]
+            for p in generate_seed_pairs(seed=seed, scale=scale, generators=generators, workers=workers)]
 
 
 # Tags for imported pairs without metadata: PyTorch spellings -> operator family.

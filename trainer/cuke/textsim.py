@@ -7,6 +7,8 @@ import functools
 import re
 import zlib
 from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,30 +76,36 @@ def _exact_key(tokens: list[str]) -> str:
     return " ".join("<num>" if t[0].isdigit() else t for t in tokens)
 
 
+_CHUNK = 500  # pairs per signature task
+
+
 def deduplicate(pairs: list[tuple[str, str]], threshold: float = 0.9, shingle: int = 8, num_perm: int = 128,
-                groups: list[str] | None = None) -> DedupResult:
+                groups: list[str] | None = None, workers: int = 1) -> DedupResult:
     """Keep the first of every group of duplicate (problem, candidate) pairs, in input order.
 
     exact: identical after normalisation with numeric literals masked (copies, and variants that differ only in
     sizes or constants). near: the estimated Jaccard similarity of `shingle`-token shingles is >= threshold for the
     problem AND for the candidate (requiring both keeps genuinely different ops that share a kernel template).
     `groups` (e.g. the operator family of each pair) limits the near-duplicate search to pairs of the same group.
+    `workers` > 1 computes the signatures in that many processes (the decisions are the same).
     """
-    hasher = MinHasher(num_perm, bands=num_perm // 4)
+    fingerprint = functools.partial(_fingerprints, shingle=shingle, num_perm=num_perm)
+    if workers > 1 and len(pairs) >= 4 * _CHUNK:  # fewer are hashed faster than processes start
+        chunks = [pairs[i:i + _CHUNK] for i in range(0, len(pairs), _CHUNK)]
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            fingerprints = [f for chunk in pool.map(fingerprint, chunks) for f in chunk]
+    else:
+        fingerprints = fingerprint(pairs)
     exact: dict[str, int] = {}
     kept: list[int] = []
     dropped: list[tuple[int, str, int, float]] = []
     kept_by_group: dict[str, list[int]] = defaultdict(list)
     problem_sigs = np.empty((len(pairs), num_perm), dtype=np.uint64)
     candidate_sigs = np.empty((len(pairs), num_perm), dtype=np.uint64)
-    for index, (problem, candidate) in enumerate(pairs):
-        p_tokens, c_tokens = normalized_tokens(problem), normalized_tokens(candidate)
-        key = _exact_key(p_tokens) + "\x00" + _exact_key(c_tokens)
+    for index, (key, p_sig, c_sig) in enumerate(fingerprints):
         if key in exact:
             dropped.append((index, "exact", exact[key], 1.0))
             continue
-        p_sig = hasher.signature(shingle_hashes(p_tokens, shingle))
-        c_sig = hasher.signature(shingle_hashes(c_tokens, shingle))
         group = kept_by_group[groups[index] if groups else ""]
         if group:
             rows = np.asarray(group)
@@ -111,6 +119,18 @@ def deduplicate(pairs: list[tuple[str, str]], threshold: float = 0.9, shingle: i
         group.append(index)
         kept.append(index)
     return DedupResult(kept, dropped)
+
+
+def _fingerprints(pairs: list[tuple[str, str]], shingle: int, num_perm: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Per pair: the exact-duplicate key and the MinHash signatures of the problem and of the candidate."""
+    hasher = MinHasher(num_perm, bands=num_perm // 4)
+    out = []
+    for problem, candidate in pairs:
+        p_tokens, c_tokens = normalized_tokens(problem), normalized_tokens(candidate)
+        out.append((_exact_key(p_tokens) + "\x00" + _exact_key(c_tokens),
+                    hasher.signature(shingle_hashes(p_tokens, shingle)),
+                    hasher.signature(shingle_hashes(c_tokens, shingle))))
+    return out
 
 
 @dataclass
