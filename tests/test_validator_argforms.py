@@ -130,6 +130,12 @@ class ModelNew(torch.nn.Module):
     def forward(self, x):
         return self.copy.copy(ext.twice(x))
 '''), {}),
+    # The candidate's own module block, binding under another Python name (no `functions`).
+    "pybind_module_in_cpp_sources": (_module('''
+        from torch.utils.cpp_extension import load_inline
+        BIND = 'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &twice, "doubles x"); }'
+        ext = load_inline(name="twice_pybind", cpp_sources=DECL + "\\n" + BIND, cuda_sources=KERNEL)
+    ''', forward=FORWARD.replace("ext.twice(x)", "ext.forward(x)")), {}),
     "sources_read_from_files": (_module('''
         from torch.utils.cpp_extension import load_inline
         HERE = os.path.dirname(os.path.abspath(__file__))

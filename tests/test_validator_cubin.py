@@ -478,7 +478,7 @@ def test_a_prebuilt_signature_glue_serves_the_first_candidate_of_that_shape(fake
 
 def _bindings(cpp: str, cuda: str = "torch::Tensor f(torch::Tensor x) { return x; }", functions=("f",)):
     spec = ExtensionSpec("ext", cpp_sources=[cpp], cuda_sources=[cuda],
-                         functions=functions if isinstance(functions, dict) else list(functions))
+                         functions=functions if functions is None or isinstance(functions, dict) else list(functions))
     found = signature_bindings(spec)
     return None if found is None else [(b.name, b.doc, b.result, b.params) for b in found]
 
@@ -505,6 +505,63 @@ def test_declarations_of_plain_types_bind_by_signature():
 ])
 def test_declarations_load_inline_binds_differently_keep_its_glue(cpp, cuda):
     assert _bindings(cpp, *([cuda] if cuda else [])) is None
+
+
+MODULE_BLOCK = 'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n%s\n}\n'
+
+
+def test_a_pybind_module_of_plain_defs_binds_by_signature_as_its_defs_bind():
+    cpp = ("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x);  // a {brace} in a comment\n"
+           + MODULE_BLOCK % '    m.def("forward", &f, "doubles x // \\"fast\\"");\n    m.def("again", f);')
+    spec = ExtensionSpec("ext", cpp_sources=[cpp], cuda_sources=["torch::Tensor f(torch::Tensor x) { return x; }"])
+    found = signature_bindings(spec)
+    assert [(b.name, b.function, b.doc, b.wrapped) for b in found] == [
+        ("forward", "f", 'doubles x // "fast"', False), ("again", "f", "", False)]
+    assert found[0].result == "torch::Tensor" and found[0].params == ("torch::Tensor",)
+
+
+@pytest.mark.parametrize("body", [
+    '    m.def("f", &f, "doc", py::arg("x"));',  # keyword names: not in a signature glue
+    '    m.def("f", [](torch::Tensor x) { return f(x); });',  # a lambda
+    '    m.doc() = "module";\n    m.def("f", &f);',  # another statement
+    '    m.def("f", &f);\n    m.def("f", &f);',  # an overload
+    '    m.def("f", &f, "\\x41");',  # an escape this parser does not read
+    '',  # nothing bound
+])
+def test_a_pybind_module_with_more_than_plain_defs_keeps_load_inlines_glue(body):
+    assert _bindings("torch::Tensor f(torch::Tensor x);\n" + MODULE_BLOCK % body, functions=None) is None
+
+
+def test_a_pybind_module_under_another_name_or_in_the_cuda_sources_keeps_load_inlines_glue():
+    block = MODULE_BLOCK % '    m.def("f", &f);'
+    assert _bindings("torch::Tensor f(torch::Tensor x);\n" + block.replace("TORCH_EXTENSION_NAME", "my_ext"),
+                     functions=None) is None
+    assert _bindings("torch::Tensor f(torch::Tensor x);", "torch::Tensor f(torch::Tensor x) { return x; }\n" + block,
+                     functions=None) is None
+    assert _bindings("torch::Tensor f(torch::Tensor x);", functions=None) is None  # no module at all
+
+
+def test_pybind_modules_share_one_signature_glue_unwrapped_as_their_defs_bind(fake_builder):
+    def module_form(python_name: str) -> str:
+        block = (f'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\\n    m.def(\\"{python_name}\\", &twice, '
+                 f'\\"doubles x\\");\\n}}')
+        return HONEST.replace('functions=["twice"]', "functions=None").replace(
+            'cpp_sources="torch::Tensor twice(torch::Tensor x);"',
+            f'cpp_sources="torch::Tensor twice(torch::Tensor x);\\n{block}"')
+
+    first = fake_builder.build(_spec(module_form("forward")))
+    other = fake_builder.build(_spec(module_form("run")))
+    listed = fake_builder.build(_spec(HONEST))
+    assert first.ok and other.ok and first.strategy == other.strategy == "split", first.log
+    assert "main.cpp" in other.reused_units and "main.cpp" not in other.compiled_units
+    folder = Path(other.so_path).parent
+    glue = (folder / "main.cpp").read_text()
+    assert "m.def(dice_binding_names[0], function_0, dice_binding_names[1]);" in glue and "twice" not in glue
+    assert "torch::Tensor (*const dice_binding_0)(torch::Tensor) = &twice;" in (folder / "host.cpp").read_text()
+    assert 'dice_binding_names[] = {"run", "doubles x"};' in (folder / "module.cpp").read_text()
+    # functions=[...] binds through wrap_pybind_function, as load_inline's own module does: another glue
+    assert "main.cpp" in listed.compiled_units
+    assert "torch::wrap_pybind_function(function_0)" in (Path(listed.so_path).parent / "main.cpp").read_text()
 
 
 def test_declarations_that_include_torch_extension_h_themselves_keep_load_inlines_glue(fake_builder):

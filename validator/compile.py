@@ -743,7 +743,7 @@ class ExtensionBuilder:
 
         def prebuild(signature: tuple[str, tuple[str, ...]]) -> bool:
             result, params = signature
-            glue = _signature_glue([Binding("f", "f", result, params)])  # the text does not name the function
+            glue = _signature_glue([Binding("f", "f", result, params, "f")])  # the text does not name the function
             name = _glue_name(glue, flags)
             folder = Path(self.config.cache_dir) / "glue" / name
             folder.mkdir(parents=True, exist_ok=True)
@@ -889,47 +889,103 @@ BINDING_POINTER = "dice_binding_"  # + index: the host unit's pointer to the bou
 
 @dataclass(frozen=True)
 class Binding:
-    """One function of `functions=[...]` as a signature glue binds it."""
+    """One bound function as a signature glue binds it: of `functions=[...]` (through torch's
+    wrap_pybind_function, as load_inline's generated module binds it) or of the candidate's own `PYBIND11_MODULE`
+    (as its `m.def` binds it: directly)."""
 
-    name: str
+    name: str  # the Python name
     doc: str
     result: str
     params: tuple[str, ...]
+    function: str  # the C++ function
+    wrapped: bool = True
 
     def pointer_declarator(self, index: int) -> str:
         return f"{self.result} (*const {BINDING_POINTER}{index})({', '.join(self.params)})"
 
 
 def signature_bindings(spec: ExtensionSpec) -> list[Binding] | None:
-    """The functions to bind when the C++ sources are only declarations of them (and torch includes) whose types
-    all appear in _BINDABLE_TYPE, and the CUDA sources define them plainly: then the pybind glue needs no name of
-    the candidate's, only the types. None otherwise."""
-    if (spec.functions is None or spec.no_implicit_headers or spec.source_paths
-            or not spec.with_pytorch_error_handling):  # then load_inline binds without wrap_pybind_function
+    """The functions to bind when the C++ sources are only declarations of them (and torch includes, and at most a
+    `PYBIND11_MODULE` of plain `m.def`s when `functions` is not given) whose types all appear in _BINDABLE_TYPE, and
+    the CUDA sources define them plainly: then the pybind glue needs no name of the candidate's, only the types.
+    None otherwise."""
+    if spec.no_implicit_headers or spec.source_paths:
         return None
-    functions = spec.functions if isinstance(spec.functions, dict) else {f: f for f in spec.functions}
-    text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", "\n".join(spec.cpp_sources), flags=re.S)
+    text = _without_comments("\n".join(spec.cpp_sources))
     text = re.sub(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/(extension|types)\.h[>\"][ \t]*$", " ", text, flags=re.M)
+    if spec.functions is None:  # the candidate's own module block, or nothing to bind
+        found = _pybind_module_defs(text)
+        if found is None:
+            return None
+        text, defs = found
+        wrapped = False
+    elif not spec.with_pytorch_error_handling:  # then load_inline binds without wrap_pybind_function
+        return None
+    else:
+        functions = spec.functions if isinstance(spec.functions, dict) else {f: f for f in spec.functions}
+        defs = [(name, name, str(doc)) for name, doc in functions.items()]
+        wrapped = True
     if re.search(r"[#{}]", text):
         return None
-    declared: dict[str, Binding] = {}
+    declared: dict[str, tuple[str, tuple[str, ...]]] = {}
     for declaration in filter(None, (" ".join(d.split()) for d in text.split(";"))):
         match = re.fullmatch(r"(.+?)\b(\w+) ?\((.*)\)", declaration)
         result = match and _bindable_type(match.group(1), allow_void=True)
         params = match and _bindable_params(match.group(3))
         if not match or result is None or params is None or match.group(2) in declared:
             return None
-        declared[match.group(2)] = Binding(match.group(2), "", result, params)
-    if not functions or any(name not in declared for name in functions):
+        declared[match.group(2)] = (result, params)
+    functions = {function for _, function, _ in defs}
+    if not defs or any(function not in declared for function in functions):
         return None
     # Definitions load_inline cannot bind from main.cpp (internal linkage, C linkage, not emitted, a template, in a
     # namespace a using-directive opens) while the address taken in the host unit could: keep those on
     # load_inline's glue, for the same verdict.
     cuda = "\n".join(spec.cuda_sources)
-    if re.search(r'extern\s*"C"|\bnamespace\b', cuda) or any(
+    if re.search(r'extern\s*"C"|\bnamespace\b|\bPYBIND11_MODULE\b', cuda) or any(
             re.search(rf"\b(static|\w*inline\w*|template)\b[^;{{}}]*?\b{name}\s*\(", cuda) for name in functions):
         return None
-    return [Binding(name, str(doc), declared[name].result, declared[name].params) for name, doc in functions.items()]
+    return [Binding(name, doc, *declared[function], function=function, wrapped=wrapped)
+            for name, function, doc in defs]
+
+
+_C_STRING = r'"(?:[^"\\\n]|\\.)*"'
+_C_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "'": "'", "\\": "\\"}
+
+
+def _without_comments(text: str) -> str:
+    """C++ text with its comments blanked; string literals (which may hold `//`) are kept."""
+    return re.sub(rf"({_C_STRING})|/\*.*?\*/|//[^\n]*", lambda m: m.group(1) or " ", text, flags=re.S)
+
+
+def _pybind_module_defs(text: str) -> tuple[str, list[tuple[str, str, str]]] | None:
+    """The text without its one `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {...}` block, and the (Python name, C++
+    function, docstring) of each `m.def("name", &function[, "doc"]);` in it; None when the block holds anything
+    else (keyword arguments, lambdas, classes, other statements) or is not there."""
+    head = re.search(r"\bPYBIND11_MODULE\s*\(\s*TORCH_EXTENSION_NAME\s*,\s*(\w+)\s*\)\s*\{", text)
+    if head is None or "PYBIND11_MODULE" in text[head.end():]:
+        return None
+    statement = re.compile(rf"\s*{head.group(1)}\s*\.\s*def\s*\(\s*({_C_STRING})\s*,\s*&?\s*(\w+)\s*"
+                           rf"(?:,\s*({_C_STRING})\s*)?\)\s*;")
+    defs, position = [], head.end()
+    while match := statement.match(text, position):
+        name, doc = _c_string_value(match.group(1)), _c_string_value(match.group(3) or '""')
+        if name is None or doc is None or any(name == seen for seen, _, _ in defs):  # a repeat is an overload
+            return None
+        defs.append((name, match.group(2), doc))
+        position = match.end()
+    end = re.compile(r"\s*\}").match(text, position)
+    if end is None or not defs:
+        return None
+    return text[:head.start()] + " " + text[end.end():], defs
+
+
+def _c_string_value(literal: str) -> str | None:
+    """The value of a C string literal with only simple escapes; None for any other escape."""
+    parts = re.split(r"\\(.)", literal[1:-1])
+    if any(escape not in _C_ESCAPES for escape in parts[1::2]):
+        return None
+    return "".join(part if i % 2 == 0 else _C_ESCAPES[part] for i, part in enumerate(parts))
 
 
 def _bindable_type(text: str, allow_void: bool = False) -> str | None:
@@ -966,11 +1022,11 @@ def _signature_glue(bindings: list[Binding]) -> list[_Chunk]:
     lines += [f"extern {b.pointer_declarator(i)};" for i, b in enumerate(bindings)]
     lines.append("#pragma GCC visibility pop")
     lines.append("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {")
-    for i, _ in enumerate(bindings):
+    for i, binding in enumerate(bindings):
         # A non-const copy: torch::wrap_pybind_function reads the arity from a plain function pointer type.
         lines.append(f"    auto function_{i} = {BINDING_POINTER}{i};")
-        lines.append(f"    m.def({BINDING_NAMES}[{2 * i}], torch::wrap_pybind_function(function_{i}), "
-                     f"{BINDING_NAMES}[{2 * i + 1}]);")
+        bound = f"torch::wrap_pybind_function(function_{i})" if binding.wrapped else f"function_{i}"
+        lines.append(f"    m.def({BINDING_NAMES}[{2 * i}], {bound}, {BINDING_NAMES}[{2 * i + 1}]);")
     lines.append("}")
     return [_Chunk("\n".join(lines))]
 
@@ -981,7 +1037,7 @@ def _binding_aliases(bindings: list[Binding]) -> _Chunk:
     lines = ["#pragma GCC visibility push(hidden)"]
     for i, b in enumerate(bindings):
         lines.append(f"extern {b.pointer_declarator(i)};")
-        lines.append(f"{b.pointer_declarator(i)} = &{b.name};")
+        lines.append(f"{b.pointer_declarator(i)} = &{b.function};")
     lines.append("#pragma GCC visibility pop")
     return _Chunk("\n".join(lines))
 
