@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -58,12 +59,15 @@ FAKE_COMPILER = textwrap.dedent('''\
     #!{python}
     import os
     import sys
+    import time
     args = sys.argv[1:]
     out = args[args.index("-o") + 1]
     source = args[args.index("-o") - 1]
     text = open(source).read() if source.endswith((".cu", ".cpp")) else "linked"
     if os.environ.get("FAKE_CALLS"):  # a record of the units compiled, for tests that count attempts
         open(os.environ["FAKE_CALLS"], "a").write(source + "\\n")
+    if source == os.environ.get("FAKE_SLOW_UNIT"):  # a unit that takes a while, as a real glue does
+        time.sleep(1.0)
     if "-fuse-ld=gold" in args and os.environ.get("FAKE_GOLD_BROKEN"):
         sys.exit("collect2: fatal error: cannot find 'ld'")
     lines = text.splitlines()
@@ -468,6 +472,16 @@ def test_a_failure_in_the_generated_pointers_is_retried_with_load_inlines_glue(f
     assert result.ok and result.strategy == "split", result.log
     assert (tmp_path / "calls").read_text().split().count("host.cpp") == 2
     assert "dice_binding" not in (Path(result.so_path).parent / "main.cpp").read_text()
+
+
+def test_concurrent_builds_that_share_a_glue_compile_it_once(fake_builder, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("FAKE_SLOW_UNIT", "main.cpp")
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(fake_builder.build, [_spec(HONEST), _spec(RENAMED)]))
+    assert all(r.ok and r.strategy == "split" for r in results), results[0].log
+    assert (tmp_path / "calls").read_text().split().count("main.cpp") == 1
+    assert sorted("main.cpp" in r.reused_units for r in results) == [False, True]
 
 
 def test_a_prebuilt_signature_glue_serves_the_first_candidate_of_that_shape(fake_builder):

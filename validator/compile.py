@@ -582,7 +582,7 @@ class ExtensionBuilder:
                           bindings: list["Binding"] | None = None) -> BuildResult:
         """Compile the units side by side (objects come from the object cache when unchanged), then the module
         file (init shim, embedded cubin and the names of a signature glue's bindings, when any), then link."""
-        files, pending, objects, reused = [], [], [], []
+        files, commands, objects = [], [], []
         include_dirs = sorted({str(Path(p).parent) for p in self._source_paths_of(units)})
         extra_inc = [f"-I{d}" for d in include_dirs]
         cubin: Path | None = None
@@ -596,12 +596,9 @@ class ExtensionBuilder:
                 cubin = obj
             else:
                 objects.append(str(obj))
-            if not self._from_object_cache(cmd, generated.path.read_bytes(), obj):
-                pending.append((cmd, obj, name))
-            else:
-                reused.append(name)
+            commands.append((cmd, obj, name))
         unit_seconds: dict[str, float] = {}
-        outcomes = self._run_units(pending, deadline, build_dir, unit_seconds)
+        pending, outcomes, reused = self._compile_missing(commands, deadline, build_dir, unit_seconds)
         log = "\n".join(f"$ {shlex.join(map(str, c))}\n{out}" for (c, _, _), (_, out) in zip(pending, outcomes))
         ok = all(rc == 0 for rc, _ in outcomes)
         failed_units = [name for (_, _, name), (rc, out) in zip(pending, outcomes)
@@ -651,6 +648,22 @@ class ExtensionBuilder:
         # device code only, no torch: CUDA include paths, macros and codegen flags for one GPU target
         obj = source.parent / "kernels.cubin"
         return [self.config.nvcc, *cubin_flags, *extra_inc, "-cubin", name, "-o", obj.name], obj
+
+    def _compile_missing(self, commands: list[tuple[list[str], Path, str]], deadline: float, build_dir: Path,
+                         unit_seconds: dict[str, float]) -> tuple[list, list[tuple[int, str]], list[str]]:
+        """Take each unit's object from the object cache, or compile the missing ones side by side; returns the
+        compiled units, their outcomes and the names of the reused ones. Each object is looked up and made under
+        a lock of its own, so concurrent builds that share a unit (a signature glue: the first candidates of one
+        function type arrive together) compile it once, the others waiting for it, instead of all at once."""
+        keys = sorted({self._object_cache_path(cmd, (build_dir / name).read_bytes()) for cmd, _, name in commands})
+        with contextlib.ExitStack() as locks:
+            for key in keys:  # in one order in every build, so two builds never wait for each other
+                locks.enter_context(_file_lock(key.with_suffix(".lock")))
+            pending = [(cmd, obj, name) for cmd, obj, name in commands
+                       if not self._from_object_cache(cmd, (build_dir / name).read_bytes(), obj)]
+            outcomes = self._run_units(pending, deadline, build_dir, unit_seconds)
+        compiled = {name for _, _, name in pending}
+        return pending, outcomes, [name for _, _, name in commands if name not in compiled]
 
     def _from_object_cache(self, cmd: list[str], text: bytes, obj: Path) -> bool:
         cached_obj = self._object_cache_path(cmd, text)
@@ -751,9 +764,7 @@ class ExtensionBuilder:
                 source = GeneratedFile.write(folder / "main.cpp", glue).path
                 cmd, obj = self._unit_command(source, "cxx", flags, f"-DTORCH_EXTENSION_NAME={name}", [],
                                               self.config.use_pch, None)
-                if not self._from_object_cache(cmd, source.read_bytes(), obj):
-                    deadline = time.monotonic() + self.config.timeout_s
-                    self._run_units([(cmd, obj, source.name)], deadline, folder, {})
+                self._compile_missing([(cmd, obj, source.name)], time.monotonic() + self.config.timeout_s, folder, {})
                 return self._object_cache_path(cmd, source.read_bytes()).exists()
 
         return _side_by_side(prebuild, signatures)
