@@ -194,17 +194,24 @@ def test_classification_of_verdicts():
     assert classify(compiled, 2.0, drop, True) == ("compiled_unverified", None)
 
 
-def test_pending_pairs_of_the_families_kept_most_often_go_first(tmp_path):
+def test_families_take_turns_by_kept_pairs_and_seldom_kept_ones_go_last(tmp_path):
     kept = {"passed": True, "stage": "timed", "speedup": 3.0, "flags": []}
     slow = {**kept, "speedup": 1.1}
-    records = [_rec(f"{family}{i}", [family]) for family in ("often", "seldom", "untried") for i in range(4)]
+    records = [_rec(f"{family}{i}", [family]) for family in ("often", "seldom", "untried", "poor") for i in range(12)]
     done = {"often0": {"verdict": kept}, "often1": {"verdict": kept}, "often2": {"verdict": slow},
-            "seldom0": {"verdict": slow}, "seldom1": {"verdict": slow}}
+            "seldom0": {"verdict": slow}, "seldom1": {"verdict": slow},
+            **{f"poor{i}": {"verdict": slow} for i in range(10)}}
     pending = [r for r in records if r.uid not in done]
     config = pipeline.BuildConfig(out=tmp_path)
-    ordered = pipeline.most_promising_first(pending, records, done, config)
-    # often: 3 of 5 (smoothed), untried: 1 of 2, seldom: 1 of 4; within a family the order is kept
-    assert [r.uid for r in ordered] == ["often3", "untried0", "untried1", "untried2", "untried3", "seldom2", "seldom3"]
+    ordered = [r.uid for r in pipeline.families_in_turn(pending, records, done, config)]
+    # rates: often 3/5, seldom 1/4 (0.3 in a turn), untried 1/2, poor 1/12 (after 10 verdicts: last). Ranks of the
+    # k-th pending pair: often 2 + 0.6 k, seldom 0.3 k, untried 0.5 k (ties in the pending order): seldom and
+    # untried first, often once they have about as many kept pairs.
+    assert ordered[:6] == ["seldom2", "untried0", "seldom3", "seldom4", "untried1", "seldom5"]
+    assert ordered.index("often3") > ordered.index("untried3") and ordered[-2:] == ["poor10", "poor11"]
+    for family in ("often", "seldom", "untried", "poor"):  # within a family the order is kept
+        own = [uid for uid in ordered if uid.startswith(family)]
+        assert own == sorted(own, key=lambda uid: int(uid[len(family):]))
 
 
 class FakePool:

@@ -141,12 +141,20 @@ def cached_dedup(out: Path, records: list[PairRecord], threshold: float, workers
     return result
 
 
-def most_promising_first(pending: list[PairRecord], records: list[PairRecord], done: dict[str, dict],
-                         config: BuildConfig) -> list[PairRecord]:
-    """Pending pairs, the families whose validated pairs were kept most often first: a build cut short by its
-    deadline then keeps more pairs per GPU-minute. The rate is Laplace-smoothed ((kept + 1) / (validated + 2)), so
-    an untried family counts as an even chance and is tried early; the filter is unchanged and, the sort being
-    stable, each family keeps its hash order."""
+POOR_KEEP_RATE = 0.15  # a family kept this seldom (after POOR_AFTER verdicts) costs GPU time for few pairs
+POOR_AFTER = 10
+TURN_RATE_FLOOR = 0.3  # a turn gives a family at most 1 / 0.3 tries: its rate is a guess while its verdicts are few
+
+
+def families_in_turn(pending: list[PairRecord], records: list[PairRecord], done: dict[str, dict],
+                     config: BuildConfig) -> list[PairRecord]:
+    """Pending pairs in the order that keeps a build cut short by its deadline balanced across families: they take
+    turns, each turn giving every family about one more kept pair. A family's k-th pending pair is ranked by the
+    family's kept pairs so far plus k times its keep rate, Laplace-smoothed ((kept + 1) / (validated + 2)) and at
+    least TURN_RATE_FLOOR (the rates do not change during a run), so a family with many kept pairs waits and an
+    untried one counts as an even chance; families kept less often than POOR_KEEP_RATE after POOR_AFTER verdicts
+    go after all others. The filter is unchanged; within a family the
+    hash order is kept."""
     counts: dict[str, list[int]] = {}
     for r in records:
         row = done.get(r.uid)
@@ -155,12 +163,16 @@ def most_promising_first(pending: list[PairRecord], records: list[PairRecord], d
             family = counts.setdefault(r.family, [0, 0])
             family[0] += 1
             family[1] += status == "kept"
+    turns: dict[str, int] = {}
 
-    def keep_rate(r: PairRecord) -> float:
+    def rank(r: PairRecord) -> tuple[bool, float]:
         validated, kept = counts.get(r.family, (0, 0))
-        return (kept + 1) / (validated + 2)
+        rate = (kept + 1) / (validated + 2)
+        turns[r.family] = turns.get(r.family, 0) + 1
+        return validated >= POOR_AFTER and rate < POOR_KEEP_RATE, kept + turns[r.family] * max(rate, TURN_RATE_FLOOR)
 
-    return sorted(pending, key=keep_rate, reverse=True)
+    ranks = {r.uid: rank(r) for r in pending}  # in the pending order: a family's k-th pair gets turn k
+    return sorted(pending, key=lambda r: ranks[r.uid])
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -365,7 +377,7 @@ def run_build(config: BuildConfig) -> dict:
     done = store.load_all()
     pending = [r for r in shard if r.uid not in done]
     if not config.compile_only:
-        pending = most_promising_first(pending, shard, done, config)
+        pending = families_in_turn(pending, shard, done, config)
     if config.progress:
         print(f"{len(records)} pairs, {len(unique)} after dedup, {len(done)} validated before, {len(pending)} to "
               f"validate ({time.perf_counter() - t_start:.0f} s so far)", file=sys.stderr, flush=True)
