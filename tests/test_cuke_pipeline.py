@@ -324,6 +324,14 @@ def test_the_sets_are_written_again_from_stored_verdicts_without_validating(tmp_
     assert (tmp_path / "sft.jsonl").read_text() == sft  # the same kept pairs, though more are pending
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["status"]["pending"] > 0 and stats["run"]["validated_this_run"] == 0
+    # The held-out plan follows the whole library, not the pairs validated so far: more verdicts never move it.
+    plan = {k: stats["datasets"][k] for k in ("heldout_families", "heldout_styles", "heldout_compositions")}
+    monkeypatch.setattr("dice_copilot.validator.ValidatorPool", FakePool)
+    args = _build_args(tmp_path, *common, "--limit", "60")
+    assert args.run(args) == 0
+    later = json.loads((tmp_path / "stats.json").read_text())
+    assert later["status"]["kept"] > stats["status"]["kept"]
+    assert {k: later["datasets"][k] for k in plan} == plan
     args = _build_args(tmp_path, *common, "--no-validation", "--compile-only")
     assert args.run(args) == 2
 

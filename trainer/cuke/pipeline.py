@@ -276,14 +276,16 @@ def _base_row(outcome: Outcome) -> dict:
             "speedup": None if outcome.speedup is None else float(outcome.speedup)}
 
 
-def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | None) -> tuple[dict, list[PairRecord]]:
+def emit_datasets(out: Path, kept: list[Outcome], plan_families: list[str] | None,
+                  library: list[PairRecord]) -> tuple[dict, list[PairRecord]]:
     """Write the four task sets from the kept pairs; returns counts with the held-out plan, and the training
-    pairs."""
+    pairs. The plan is made from the whole deduplicated `library`, validated or not, so that it stays the same
+    while verdicts arrive: a pair trained on in one build is never held out in a later one."""
     from dice_copilot.model.prompts import answer_block, end_to_end_prompt
 
     by_uid = {o.record.uid: o for o in kept}
     records = [o.record for o in kept]
-    plan = plan_heldout(records, families=plan_families)
+    plan = plan_heldout(library, families=plan_families)
     train, heldout = split_heldout(records, plan)
     sft, infill, e2e, evaluation = [], [], [], []
     for r in train:
@@ -407,7 +409,7 @@ def run_build(config: BuildConfig) -> dict:
         datasets = {"compile_only_unverified": len(compiled)}
     else:
         kept = [o for o in outcomes.values() if o.status == "kept"]
-        datasets, train = emit_datasets(out, kept, config.heldout_families)
+        datasets, train = emit_datasets(out, kept, config.heldout_families, unique)
 
     run = {"validated_this_run": validated, "remaining_in_shard": len(pending) - validated, "validation_seconds": round(seconds, 1), "gpus": gpus,
            "total_seconds": round(time.perf_counter() - t_start, 1),
