@@ -57,12 +57,13 @@ class HeldOutPlan:
 
 
 def plan_heldout(records: list[PairRecord], family_share: float = 0.08, composition_share: float = 0.05,
-                 families: list[str] | None = None, seed: str = "cuke-heldout", max_family_tag_share: float = 0.03,
+                 families: list[str] | None = None, seed: str = "cuke-heldout", max_family_tag_share: float = 0.01,
                  styles: list[str] | None = None, style_count: int = 1, max_style_share: float = 0.12) -> HeldOutPlan:
     """Pick the held-out families, problem-writing styles and compositions.
 
     Families: the named ones, or a deterministic `family_share` of the primary families whose tag appears in at most
-    `max_family_tag_share` of all pairs (so holding them out never empties the training set of a common op).
+    `max_family_tag_share` of all pairs (so holding them out never empties the training set of a common op: at 3%,
+    conv2d, log_softmax and mul, tags of 2.4%, 2.2% and 1.2% of the built-in library, were held out whole).
     Styles: the named ones, or `style_count` of the styles the pairs are tagged with, chosen deterministically among
     those carried by at most `max_style_share` of the pairs (the rarest when none is that rare), so the evaluation
     asks for problems written in a way training never showed without emptying the training set. Pairs without a
