@@ -448,6 +448,23 @@ def test_ship_replaces_the_untrained_embedded_default_by_default(finished, tmp_p
     assert not model.config.untrained and model.config.hidden_size == 64 and not (default / "build_info.json").exists()
 
 
+def test_a_stage_starts_from_the_shipped_default_when_that_is_its_source_stages_checkpoint(finished, tmp_path,
+                                                                                             monkeypatch, capsys):
+    folder, work = finished
+    default = Path(shutil.copytree(UNTRAINED_CHECKPOINT, tmp_path / "default_checkpoint"))
+    monkeypatch.setattr(checkpoint_module, "DEFAULT_CHECKPOINT_DIR", default)
+    record_scores(folder, "sft", correct_rate=0.0, compile_rate=0.1)
+    assert ship(folder, work, "--stage", "sft") == 0
+    shutil.rmtree(work / "sft")  # a fresh GPU machine: the shipped sft weights only, inside the tree
+    capsys.readouterr()
+    assert run_recipe(folder, work, "--only", "rl-infill", "--restart", "rl-infill") == 0
+    assert "rl-infill starts from the embedded default checkpoint, which is stage sft's" in capsys.readouterr().err
+    # The shipped checkpoint is another stage's (pretrain's record is not the card's): carry the right one.
+    shutil.rmtree(work / "pretrain")
+    assert run_recipe(folder, work, "--only", "sft", "--restart", "sft") == 2
+    assert f"stage sft starts from {work / 'pretrain' / 'checkpoint'}" in capsys.readouterr().err
+
+
 def test_ship_refuses_a_stage_that_is_not_finished_or_has_no_scores(toy, capsys):
     folder, work = toy
     assert ship(folder, work, str(work / "out")) == 2

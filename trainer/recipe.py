@@ -400,11 +400,12 @@ def _check_shape(recipe: Recipe) -> None:
 
 
 def stage_config(recipe: Recipe, spec: StageSpec, work: Path, data_root: Path, start: dict[str, Any],
-                 continuing: bool = False):
+                 continuing: bool = False, source_dir: Path | None = None):
     """The stage's config: its file's fields (and --set), the recipe's wiring (outputs in `work`, data files under
     `data_root`), and `start` (a continuation's init_weights/start_step/data_offset_rows, the time limit). A stage
     `continuing` from its own checkpoint takes the model (or, trained from scratch, the tokenizer) from that
-    checkpoint, so the checkpoint it started from need not be on this machine."""
+    checkpoint, so the checkpoint it started from need not be on this machine; else the one it starts from is
+    `source_dir` (default: that stage's checkpoint in `work`)."""
     if spec.kind == "tokenizer":
         try:
             return TokenizerSettings(**spec.values)
@@ -416,7 +417,7 @@ def stage_config(recipe: Recipe, spec: StageSpec, work: Path, data_root: Path, s
 
     values = {**spec.values, "output_dir": str(work / spec.name), "max_shard_bytes": recipe.max_file_bytes, **start}
     source = recipe.stage(spec.source)
-    base = work / (spec.name if continuing else source.name) / CHECKPOINT
+    base = work / spec.name / CHECKPOINT if continuing else source_dir or work / source.name / CHECKPOINT
     if source.kind == "tokenizer":
         shape = dict(recipe.shape_fields)
         values.update(model=recipe.preset, tokenizer=str(base), block_size=shape.pop("block_size", None),
@@ -538,7 +539,29 @@ class RecipeRunner:
         return marker
 
     def config(self, spec: StageSpec, start: dict[str, Any] | None = None, continuing: bool = False):
-        return stage_config(self.recipe, spec, self.work, self.data_root, start or {}, continuing)
+        source_dir = None if continuing or spec.source is None else self.source_checkpoint(spec)
+        return stage_config(self.recipe, spec, self.work, self.data_root, start or {}, continuing, source_dir)
+
+    def source_checkpoint(self, spec: StageSpec) -> Path:
+        """The checkpoint a fresh run of the stage starts from: its source stage's in the work folder, or else the
+        embedded default checkpoint when its model card says it is that stage's checkpoint (this recipe, that stage,
+        the sha256 the log records for it: what `--ship` wrote), so a fresh GPU machine continues from the shipped
+        weights without carrying a copy; RecipeError when neither is there."""
+        from dice_copilot.model.checkpoint import DEFAULT_CHECKPOINT_DIR, model_card_metadata
+
+        source = self.work / spec.source / CHECKPOINT
+        if source.is_dir():
+            return source
+        recorded = self.log.stage(spec.source).get("checkpoint_sha256")
+        shipped = model_card_metadata(DEFAULT_CHECKPOINT_DIR).get("dice_copilot_heldout") \
+            if (DEFAULT_CHECKPOINT_DIR / "config.json").is_file() else None
+        if isinstance(shipped, dict) and recorded and shipped.get("recipe") == self.recipe.name and \
+                shipped.get("stage") == spec.source and shipped.get("checkpoint_sha256") == recorded:
+            print(f"recipe: {spec.name} starts from the embedded default checkpoint, which is stage {spec.source}'s "
+                  f"(sha256 {recorded[:16]})", file=sys.stderr)
+            return DEFAULT_CHECKPOINT_DIR
+        raise RecipeError(f"stage {spec.name} starts from {source} (sha256 {str(recorded)[:16]}), which is not on "
+                          f"this machine (nor shipped as the embedded default): carry it there")
 
     def _check_fingerprint(self, spec: StageSpec, made_from: str | None, where: str) -> None:
         if made_from is not None and made_from != self.fingerprint(spec):
@@ -575,11 +598,7 @@ class RecipeRunner:
         folder = self.work / spec.name
         start = self.how_to_start(spec)
         if start.mode == "fresh" and spec.source is not None:
-            source = self.work / spec.source / CHECKPOINT
-            if not source.is_dir():
-                raise RecipeError(f"stage {spec.name} starts from {source} (sha256 "
-                                  f"{str(self.log.stage(spec.source).get('checkpoint_sha256'))[:16]}), which is not on "
-                                  f"this machine: carry it there")
+            self.source_checkpoint(spec)  # there, or say what to carry before anything is written
         fingerprint = self.fingerprint(spec)
         folder.mkdir(parents=True, exist_ok=True)
         _write_json(folder / STAGE_FILE, {"stage": spec.name, "fingerprint": fingerprint})
