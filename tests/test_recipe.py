@@ -53,6 +53,8 @@ TOY_SETTINGS = {
                      eval_rows=2, save_every_steps=2, log_every_steps=1, **QUIET),
     "sft": dict(max_steps=2, seq_len=192, per_device_batch_size=2, warmup_steps=1, save_every_steps=1,
                 log_every_steps=1, **QUIET),
+    "sft-v2": dict(max_steps=2, seq_len=192, per_device_batch_size=2, warmup_steps=1, save_every_steps=1,
+                   log_every_steps=1, **QUIET),
     "rl-infill": dict(rl_steps=1, tasks_per_step=2, group_size=2, max_new_tokens=8, max_prompt_tokens=6000,
                       per_device_batch_size=2, grad_accum=1, reward='"compiles"', eval_tasks=1, **QUIET),
     "rl-e2e": dict(rl_steps=1, tasks_per_step=2, group_size=2, max_new_tokens=8, max_prompt_tokens=6000,
@@ -86,12 +88,15 @@ def write_toy_data(data: Path) -> None:
     write_jsonl(data / "corpus" / "train.jsonl", [{"text": t} for t in texts * 2])
     write_jsonl(data / "corpus" / "heldout.jsonl", [{"text": kernel_source(n)} for n in ("sigmoid", "softplus")])
     write_jsonl(data / "corpus" / "manifest.jsonl", [{"file": f"toy{i}.cu", "licence": "MIT"} for i in range(8)])
-    write_jsonl(data / "cuke" / "sft.jsonl", records())
     task = {"pytorch_code": REFERENCE, "prefix": PREFIX, "suffix": SUFFIX}
-    # As CuKe writes them: with the middle, which SFT trains on (RL asks for it).
-    write_jsonl(data / "cuke" / "infill_tasks.jsonl", [{"id": f"add{i}", **task, "middle": MIDDLE} for i in range(3)])
-    write_jsonl(data / "cuke" / "e2e_tasks.jsonl", [{"id": f"add{i}", "pytorch_code": REFERENCE} for i in range(3)])
-    write_jsonl(data / "cuke" / "eval_heldout.jsonl", [{"id": "held", **task, "middle": ""}])
+    for version in ("cuke", "cuke-v2"):  # the two CuKe builds the recipe trains on, alike here
+        (data / version).mkdir(exist_ok=True)
+        write_jsonl(data / version / "sft.jsonl", records())
+        # As CuKe writes them: with the middle, which SFT trains on (RL asks for it).
+        write_jsonl(data / version / "infill_tasks.jsonl",
+                    [{"id": f"add{i}", **task, "middle": MIDDLE} for i in range(3)])
+        write_jsonl(data / version / "e2e_tasks.jsonl", [{"id": f"add{i}", "pytorch_code": REFERENCE} for i in range(3)])
+        write_jsonl(data / version / "eval_heldout.jsonl", [{"id": "held", **task, "middle": ""}])
 
 
 @pytest.fixture
@@ -138,7 +143,7 @@ def test_the_shipped_recipe_runs_whole_at_toy_size_and_continues_a_stage_from_it
     assert run_recipe(folder, work) == 0
     progress = json.loads((folder / "progress.json").read_text())["stages"]
     assert {name: record["status"] for name, record in progress.items()} == dict.fromkeys(
-        ["tokenizer", "pretrain", "sft", "rl-infill", "rl-e2e"], "done")
+        ["tokenizer", "pretrain", "sft", "sft-v2", "rl-infill", "rl-e2e"], "done")
     pretrain = progress["pretrain"]
     assert [(run["from"], run["steps"], run["ended"]) for run in pretrain["runs"]] == [
         ("fresh", [0, 2], "interrupted"), ("weights", [2, 4], "done")]
@@ -231,10 +236,10 @@ def test_the_recipe_runs_whole_on_a_gpu_with_the_correct_reward(toy):
 
 def test_data_that_differs_from_its_pin_stops_the_run_before_any_stage_starts(toy, capsys):
     folder, work = toy
-    write_jsonl(work / "data" / "cuke" / "e2e_tasks.jsonl", [{"id": "other", "pytorch_code": REFERENCE}])
+    write_jsonl(work / "data" / "cuke-v2" / "e2e_tasks.jsonl", [{"id": "other", "pytorch_code": REFERENCE}])
     assert run_recipe(folder, work) == 2
     err = capsys.readouterr().err
-    assert "data file cuke_e2e" in err and "it is not the file the recipe trains on" in err
+    assert "data file cuke_v2_e2e" in err and "it is not the file the recipe trains on" in err
     assert not (work / "tokenizer").exists()
 
 
@@ -308,13 +313,14 @@ def test_the_tokenizer_reads_an_even_sample_of_a_file_over_its_limit(tmp_path):
 
 def test_the_shipped_recipe_fits_the_size_limits_and_names_its_cuke_data():
     recipe = load_recipe(SHIPPED)
-    assert [s.name for s in recipe.stages] == ["tokenizer", "pretrain", "sft", "rl-infill", "rl-e2e"]
+    assert [s.name for s in recipe.stages] == ["tokenizer", "pretrain", "sft", "sft-v2", "rl-infill", "rl-e2e"]
     for shape in recipe.shapes:
         size, largest = recipe.export_bytes(shape)
         assert size <= recipe.max_checkpoint_bytes and largest <= recipe.max_file_bytes, shape
     assert all(re.fullmatch("[0-9a-f]{64}", recipe.data[name].sha256)
-               for name in ("cuke_sft", "cuke_infill", "cuke_e2e", "cuke_heldout"))
-    seeds = [recipe.stage(name).values["seed"] for name in ("pretrain", "sft", "rl-infill", "rl-e2e")]
+               for name in ("cuke_sft", "cuke_infill", "cuke_v2_sft", "cuke_v2_infill", "cuke_v2_e2e",
+                            "cuke_heldout"))
+    seeds = [recipe.stage(name).values["seed"] for name in ("pretrain", "sft", "sft-v2", "rl-infill", "rl-e2e")]
     assert len(set(seeds)) == len(seeds)
 
 
@@ -457,8 +463,8 @@ def test_a_stage_starts_from_the_shipped_default_when_that_is_its_source_stages_
     assert ship(folder, work, "--stage", "sft") == 0
     shutil.rmtree(work / "sft")  # a fresh GPU machine: the shipped sft weights only, inside the tree
     capsys.readouterr()
-    assert run_recipe(folder, work, "--only", "rl-infill", "--restart", "rl-infill") == 0
-    assert "rl-infill starts from the embedded default checkpoint, which is stage sft's" in capsys.readouterr().err
+    assert run_recipe(folder, work, "--only", "sft-v2", "--restart", "sft-v2") == 0
+    assert "sft-v2 starts from the embedded default checkpoint, which is stage sft's" in capsys.readouterr().err
     # The shipped checkpoint is another stage's (pretrain's record is not the card's): carry the right one.
     shutil.rmtree(work / "pretrain")
     assert run_recipe(folder, work, "--only", "sft", "--restart", "sft") == 2
