@@ -31,6 +31,9 @@
 #                 checkpoint into $OUT as 15 MB parts (README.md of the recipe says how to carry it on)
 #   cuke-corpus   bench/cuke_build.py on the whole built-in corpus at --scale 2.5, resuming from the committed
 #                 bench/cuke_progress.jsonl.xz; commit the returned cuke_progress.jsonl.xz in its place
+#   probe-train   bench/data_probe.py (issue 31): one arm of the old-vs-new data probe, `probe-train v1 --steps 500`
+#                 then `probe-train v2 --steps 500` on the same warm machine (work in /tmp/probe)
+#   probe-eval    both arms scored side by side, e.g. `probe-eval --limit 32`: data_probe.json in $OUT
 set -uo pipefail
 part=${1:?usage: bench/gpu_session.sh PART [bench arguments] (see the comment at the top)}
 shift
@@ -90,5 +93,9 @@ case "$part" in
                       | tr '\r' '\n' | tee "$out/$tag.log" | tail -40
                   # again on its own: a run cut off by the limit still hands back what it stored
                   python3 bench/cuke_build.py --work /tmp/cuke_work --out "$out/$tag.json" --export-only ;;
+    probe-train)  timeout "$limit" python3 bench/data_probe.py train "$@" --work /tmp/probe \
+                      --max-minutes $(((limit - 90) / 60)) 2>&1 | tee "$out/$tag.log" | tail -20 ;;
+    probe-eval)   timeout "$limit" python3 bench/data_probe.py eval --work /tmp/probe --out "$out/data_probe.json" "$@" \
+                      2>&1 | tee "$out/$tag.log" | tail -40 ;;
     *)            echo "unknown part: $part" >&2; exit 2 ;;
 esac

@@ -209,7 +209,10 @@ def test_missing_data_is_made_by_its_recipe_command(tmp_path):
     (folder / "recipe.toml").write_text(text)
     write_toy_data(work / "data")
     (work / "data" / "cuke" / "sft.jsonl").unlink()  # the one file missing: only its command runs
-    recipe_module.make_missing_data(load_recipe(folder), work / "data")
+    recipe = load_recipe(folder)
+    recipe_module.make_missing_data(recipe, work / "data", recipe.selected(None, "sft-v2"))
+    assert not (work / "data" / "cuke" / "sft.jsonl").exists()  # a file sft-v2 does not read is left alone
+    recipe_module.make_missing_data(recipe, work / "data", recipe.selected("sft", None))
     assert (work / "data" / "cuke" / "sft.jsonl").read_text() == ""
 
 

@@ -97,8 +97,8 @@ def register_train(train_subparsers) -> None:
                         help="stop after the training step that ends M minutes after the start, saving it; no "
                              "stage starts with less than a minute left (exit 4)")
     parser.add_argument("--make-data", action="store_true",
-                        help="first run the recipe's `made_by` command of every data file that is missing (from the "
-                             "repository root)")
+                        help="first run the recipe's `made_by` command of every data file that the stages run "
+                             "(--until, --only) read and that is missing (from the repository root)")
     parser.add_argument("--pin-data", action="store_true",
                         help="write the sha256 of every data file whose recipe entry has none into recipe.toml, "
                              "then stop (pinned entries are checked, never changed)")
@@ -129,7 +129,7 @@ def run_recipe_command(args) -> int:
         if args.stage is not None or args.force:
             raise RecipeError("--stage and --force go with --ship")
         if args.make_data:
-            make_missing_data(recipe, data_root)
+            make_missing_data(recipe, data_root, recipe.selected(args.until, args.only))
         if args.pin_data:
             pinned = pin_data(recipe, data_root)
             print(f"recipe: pinned {len(pinned)} data file(s): {', '.join(pinned) or 'none needed it'}")
@@ -763,10 +763,14 @@ def _corpus_texts(paths: list[Path], max_chars_per_file: int | None):
                 yield text
 
 
-def make_missing_data(recipe: Recipe, data_root: Path) -> None:
-    """Run the `made_by` command of every data file that is missing (each command once), from the working folder."""
+def make_missing_data(recipe: Recipe, data_root: Path, stages: list["StageSpec"]) -> None:
+    """Run the `made_by` command of every data file the stages read that is missing (each command once), from the
+    working folder."""
     commands = []
-    for entry in recipe.data.values():
+    wanted = {name for spec in stages for name in spec.train + spec.eval}
+    for name, entry in recipe.data.items():
+        if name not in wanted:
+            continue
         missing = any(not (data_root / relative).is_file() for _, relative, _ in entry.files())
         if missing and entry.made_by and entry.made_by not in commands:
             commands.append(entry.made_by)
