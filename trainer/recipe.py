@@ -557,8 +557,6 @@ class RecipeRunner:
             if (DEFAULT_CHECKPOINT_DIR / "config.json").is_file() else None
         if isinstance(shipped, dict) and recorded and shipped.get("recipe") == self.recipe.name and \
                 shipped.get("stage") == spec.source and shipped.get("checkpoint_sha256") == recorded:
-            print(f"recipe: {spec.name} starts from the embedded default checkpoint, which is stage {spec.source}'s "
-                  f"(sha256 {recorded[:16]})", file=sys.stderr)
             return DEFAULT_CHECKPOINT_DIR
         raise RecipeError(f"stage {spec.name} starts from {source} (sha256 {str(recorded)[:16]}), which is not on "
                           f"this machine (nor shipped as the embedded default): carry it there")
@@ -598,7 +596,11 @@ class RecipeRunner:
         folder = self.work / spec.name
         start = self.how_to_start(spec)
         if start.mode == "fresh" and spec.source is not None:
-            self.source_checkpoint(spec)  # there, or say what to carry before anything is written
+            source = self.source_checkpoint(spec)  # there, or say what to carry before anything is written
+            if source != self.work / spec.source / CHECKPOINT:
+                print(f"recipe: {spec.name} starts from the embedded default checkpoint, which is stage "
+                      f"{spec.source}'s (sha256 {str(self.log.stage(spec.source).get('checkpoint_sha256'))[:16]})",
+                      file=sys.stderr)
         fingerprint = self.fingerprint(spec)
         folder.mkdir(parents=True, exist_ok=True)
         _write_json(folder / STAGE_FILE, {"stage": spec.name, "fingerprint": fingerprint})
