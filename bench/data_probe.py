@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def train_arm(args) -> int:
     from dice_copilot.model.checkpoint import DEFAULT_CHECKPOINT_DIR
-    from dice_copilot.trainer.recipe import RecipeError, file_sha256, load_recipe, make_missing_data
+    from dice_copilot.trainer.recipe import RecipeError, RecipeRunner, load_recipe, make_missing_data
     from dice_copilot.trainer.sft import SFTError, parse_overrides, train_sft
     from dice_copilot.trainer.sft_config import SFTConfig, SFTConfigError
     from dice_copilot.trainer.sft_data import SFTDataError
@@ -58,21 +58,12 @@ def train_arm(args) -> int:
     stage = recipe.stage(ARMS[args.arm])
     try:
         make_missing_data(recipe, args.data, [stage])
+        RecipeRunner(recipe, args.work, args.data).check_data(stage)  # there, and the files the recipe pins
     except RecipeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    files = []
-    for name in stage.train:
-        entry = recipe.data[name]
-        path = args.data / entry.path
-        if entry.sha256 and file_sha256(path) != entry.sha256:
-            print(f"error: {path} is not the {name} the recipe pins ({entry.sha256[:16]})", file=sys.stderr)
-            return 2
-        files.append(str(path))
-    shape = dict(recipe.shape_fields)
-    values = {**recipe.stage("sft").values, "model": recipe.preset, "tokenizer": str(DEFAULT_CHECKPOINT_DIR),
-              "block_size": shape.pop("block_size", None),
-              "model_overrides": {k: v for k, v in shape.items() if k != "vocab_size"},
+    files = [str(args.data / recipe.data[name].path) for name in stage.train]
+    values = {**recipe.stage("sft").values, **recipe.from_scratch_fields(DEFAULT_CHECKPOINT_DIR),
               "train_files": files, "output_dir": str(args.work / args.arm), "max_steps": args.steps, "seed": SEED,
               "max_minutes": args.max_minutes, "max_shard_bytes": recipe.max_file_bytes}
     try:

@@ -13,6 +13,8 @@ import pytest
 from rl_helpers import MIDDLE, PREFIX, REFERENCE, SUFFIX
 from sft_helpers import records, write_jsonl
 
+from dice_copilot.trainer.recipe import load_recipe, pin_data
+
 REPO = Path(__file__).resolve().parents[1]
 TOY = ["--set", "seq_len=192", "--set", "per_device_batch_size=2", "--set", "warmup_steps=1",
        "--set", "save_every_steps=1", "--set", "log_every_steps=1", "--set", 'mixed_precision="no"',
@@ -42,23 +44,26 @@ def toy_data(tmp_path):
     return data
 
 
-def unpinned_recipe(tmp_path: Path) -> Path:
+def recipe_pinned_to(tmp_path: Path, data: Path) -> Path:
+    """The shipped recipe with its data pins cleared, then pinned to the toy files."""
     folder = tmp_path / "recipe"
     shutil.copytree(REPO / "trainer" / "recipes" / "dice-tiny", folder)
     text = (folder / "recipe.toml").read_text()
     (folder / "recipe.toml").write_text(re.sub(r'^(sha256|manifest_sha256) = "[0-9a-f]+"', r'\1 = ""', text,
                                                flags=re.M))
+    pin_data(load_recipe(folder), data)
     return folder
 
 
 def test_an_arm_refuses_data_that_is_not_the_pinned_file(probe, toy_data, tmp_path, capsys):
     code = probe.main(["train", "v2", "--steps", "1", "--work", str(tmp_path / "work"), "--data", str(toy_data), *TOY])
     assert code == 2
-    assert "is not the cuke_v2_sft the recipe pins" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "data file cuke_v2_sft" in err and "it is not the file the recipe trains on" in err
 
 
 def test_both_arms_train_alike_and_are_scored_side_by_side(probe, toy_data, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(probe, "RECIPE", unpinned_recipe(tmp_path))
+    monkeypatch.setattr(probe, "RECIPE", recipe_pinned_to(tmp_path, toy_data))
     work, out = tmp_path / "work", tmp_path / "out" / "probe.json"
     common = ["--work", str(work), "--data", str(toy_data)]
     assert probe.main(["train", "v1", "--steps", "2", *common, *TOY]) == 0

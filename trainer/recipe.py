@@ -260,6 +260,13 @@ class Recipe:
     def shape_fields(self) -> dict[str, Any]:
         return self.shapes[self.shape]
 
+    def from_scratch_fields(self, tokenizer: Path) -> dict[str, Any]:
+        """The training-config fields of a model of the recipe's shape trained from scratch with `tokenizer` (its
+        vocabulary is the tokenizer's)."""
+        shape = dict(self.shape_fields)
+        return {"model": self.preset, "tokenizer": str(tokenizer), "block_size": shape.pop("block_size", None),
+                "model_overrides": {k: v for k, v in shape.items() if k != "vocab_size"}}
+
     def model_config(self, shape: str | None = None):
         """The DiceConfig of a shape (the chosen one by default), at the vocabulary size the shape names."""
         from dice_copilot.model.config import DiceConfig
@@ -419,9 +426,7 @@ def stage_config(recipe: Recipe, spec: StageSpec, work: Path, data_root: Path, s
     source = recipe.stage(spec.source)
     base = work / spec.name / CHECKPOINT if continuing else source_dir or work / source.name / CHECKPOINT
     if source.kind == "tokenizer":
-        shape = dict(recipe.shape_fields)
-        values.update(model=recipe.preset, tokenizer=str(base), block_size=shape.pop("block_size", None),
-                      model_overrides={k: v for k, v in shape.items() if k != "vocab_size"})
+        values.update(recipe.from_scratch_fields(base))
     else:
         values["model"] = str(base)
 
@@ -769,7 +774,7 @@ def make_missing_data(recipe: Recipe, data_root: Path, stages: list["StageSpec"]
     """Run the `made_by` command of every data file the stages read that is missing (each command once), from the
     working folder."""
     commands = []
-    wanted = {name for spec in stages for name in spec.train + spec.eval}
+    wanted = {name for spec in stages for name in spec.data_names}
     for name, entry in recipe.data.items():
         if name not in wanted:
             continue

@@ -153,8 +153,7 @@ def families_in_turn(pending: list[PairRecord], records: list[PairRecord], done:
     family's kept pairs so far plus k times its keep rate, Laplace-smoothed ((kept + 1) / (validated + 2)) and at
     least TURN_RATE_FLOOR (the rates do not change during a run), so a family with many kept pairs waits and an
     untried one counts as an even chance; families kept less often than POOR_KEEP_RATE after POOR_AFTER verdicts
-    go after all others. The filter is unchanged; within a family the
-    hash order is kept."""
+    go after all others. The filter is unchanged; within a family the hash order is kept."""
     counts: dict[str, list[int]] = {}
     for r in records:
         row = done.get(r.uid)
